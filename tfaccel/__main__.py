@@ -1,0 +1,5 @@
+import sys
+
+from tfaccel.cli import main
+
+sys.exit(main())

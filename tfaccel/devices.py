@@ -1,0 +1,385 @@
+"""Find accelerators, configure their memory, and choose a `tf.distribute.Strategy`.
+
+Configuration must happen before TensorFlow initialises its devices (before the
+first op runs); `configure` checks that and says so instead of failing deep
+inside TensorFlow.
+
+Example:
+    >>> from tfaccel import devices
+    >>> devices.configure(memory_growth=True)        # doctest: +SKIP
+    >>> strategy = devices.strategy("auto")          # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import sys
+from typing import Any
+
+import tensorflow as tf
+
+STRATEGY_KINDS = ("auto", "default", "one_device", "mirrored", "multi_worker")
+COLLECTIVE_TIMEOUT_S = 300.0
+_WORKER_TYPES = ("chief", "worker")
+
+
+class DeviceConfigError(RuntimeError):
+    """The requested device configuration cannot be applied on this machine now."""
+
+
+@dataclasses.dataclass(frozen=True)
+class GPU:
+    """One physical GPU as TensorFlow sees it."""
+
+    index: int
+    name: str
+    compute_capability: tuple[int, int] | None
+    memory_mb: int | None
+    physical: Any = dataclasses.field(repr=False, compare=False)
+
+
+@dataclasses.dataclass(frozen=True)
+class DeviceConfig:
+    """The settings `configure` applied."""
+
+    memory_growth: bool
+    memory_limit_mb: int | None
+    visible: tuple[int, ...] | None
+    virtual_cpus: int | None
+    virtual_gpus: int | None
+
+
+_applied: DeviceConfig | None = None
+
+
+def list_gpus() -> list[GPU]:
+    """Returns the physical GPUs with their name, compute capability and memory."""
+    gpus = []
+    for index, device in enumerate(tf.config.list_physical_devices("GPU")):
+        try:
+            details = tf.config.experimental.get_device_details(device)
+        except (ValueError, RuntimeError):
+            details = {}
+        capability = details.get("compute_capability")
+        memory = details.get("memory_limit") or details.get("device_memory_size")
+        gpus.append(
+            GPU(
+                index=index,
+                name=details.get("device_name", device.name),
+                compute_capability=tuple(capability) if capability else None,
+                memory_mb=int(memory) // (1024 * 1024) if memory else None,
+                physical=device,
+            )
+        )
+    return gpus
+
+
+def configure(
+    *,
+    memory_growth: bool | None = None,
+    memory_limit_mb: int | None = None,
+    visible: list[int] | tuple[int, ...] | None = None,
+    virtual_cpus: int | None = None,
+    virtual_gpus: int | None = None,
+) -> DeviceConfig:
+    """Applies visible GPUs, memory growth or a memory cap, and virtual device splits.
+
+    Call it before any TensorFlow op runs. Calling it again with the same settings
+    is a no-op.
+
+    Args:
+        memory_growth: let each GPU's memory grow on demand. Defaults to True
+            unless `memory_limit_mb` is given (the two exclude each other).
+        memory_limit_mb: hard cap in MiB, the same on every visible GPU.
+        visible: indices of the GPUs TensorFlow may use (`[]` hides them all).
+        virtual_cpus: split the CPU into this many logical devices.
+        virtual_gpus: split each visible GPU into this many logical GPUs, each
+            with `memory_limit_mb` (or an equal share of the GPU's memory).
+
+    Returns:
+        The applied `DeviceConfig`.
+
+    Raises:
+        ValueError: contradictory or non-positive arguments.
+        DeviceConfigError: a visible index that does not exist, or different
+            settings after TensorFlow has initialised its devices.
+    """
+    global _applied
+    if memory_growth and memory_limit_mb is not None:
+        raise ValueError(
+            "memory_growth=True and memory_limit_mb exclude each other: a GPU either "
+            "grows on demand or has a fixed cap. Pass only one of them."
+        )
+    for name, value in (
+        ("memory_limit_mb", memory_limit_mb),
+        ("virtual_cpus", virtual_cpus),
+        ("virtual_gpus", virtual_gpus),
+    ):
+        if value is not None and (not isinstance(value, int) or value < 1):
+            raise ValueError(f"{name} must be a positive integer, got {value!r}.")
+    growth = memory_limit_mb is None if memory_growth is None else bool(memory_growth)
+    wanted = DeviceConfig(
+        memory_growth=growth,
+        memory_limit_mb=memory_limit_mb,
+        visible=None if visible is None else tuple(visible),
+        virtual_cpus=virtual_cpus,
+        virtual_gpus=virtual_gpus,
+    )
+    if wanted == _applied:
+        return _applied
+
+    gpus = list_gpus()
+    if wanted.visible is not None:
+        missing = [i for i in wanted.visible if not 0 <= i < len(gpus)]
+        if missing:
+            raise DeviceConfigError(
+                f"visible={list(wanted.visible)} names GPU index(es) {missing}, but this "
+                f"machine has {len(gpus)} GPU(s) (indices 0..{len(gpus) - 1}). "
+                "Run `tfaccel devices` to see them."
+            )
+    try:
+        _apply(wanted, gpus)
+    except RuntimeError as error:
+        raise DeviceConfigError(
+            "Device configuration must happen before any TensorFlow op runs, but "
+            f"TensorFlow has already initialised its devices. Current settings: "
+            f"{_current_settings()}; requested: {wanted}. Call tfaccel.devices.configure "
+            f"first thing in your program. (TensorFlow said: {error})"
+        ) from error
+    _applied = wanted
+    return wanted
+
+
+def _apply(config: DeviceConfig, gpus: list[GPU]) -> None:
+    if config.visible is not None:
+        chosen = [gpus[i].physical for i in config.visible]
+        if tf.config.get_visible_devices("GPU") != chosen:
+            tf.config.set_visible_devices(chosen, "GPU")
+        gpus = [gpus[i] for i in config.visible]
+    if config.virtual_cpus is not None:
+        cpu = tf.config.list_physical_devices("CPU")[0]
+        current = tf.config.get_logical_device_configuration(cpu)
+        if current is None or len(current) != config.virtual_cpus:
+            tf.config.set_logical_device_configuration(
+                cpu, [tf.config.LogicalDeviceConfiguration()] * config.virtual_cpus
+            )
+    for gpu in gpus:
+        if config.virtual_gpus or config.memory_limit_mb:
+            parts = config.virtual_gpus or 1
+            limit = config.memory_limit_mb
+            if limit is None:
+                if gpu.memory_mb is None:
+                    raise ValueError(
+                        f"virtual_gpus={parts} needs memory_limit_mb: the memory of "
+                        f"{gpu.name} is unknown."
+                    )
+                limit = gpu.memory_mb // parts
+            tf.config.set_logical_device_configuration(
+                gpu.physical,
+                [tf.config.LogicalDeviceConfiguration(memory_limit=limit)] * parts,
+            )
+        elif tf.config.experimental.get_memory_growth(gpu.physical) != config.memory_growth:
+            tf.config.experimental.set_memory_growth(gpu.physical, config.memory_growth)
+
+
+def _current_settings() -> dict:
+    cpu = tf.config.list_physical_devices("CPU")[0]
+    cpu_split = tf.config.get_logical_device_configuration(cpu)
+    return {
+        "visible_gpus": [d.name for d in tf.config.get_visible_devices("GPU")],
+        "virtual_cpus": len(cpu_split) if cpu_split else None,
+        "memory_growth": {
+            d.name: tf.config.experimental.get_memory_growth(d)
+            for d in tf.config.get_visible_devices("GPU")
+        },
+    }
+
+
+def describe() -> dict:
+    """Returns a report of the TensorFlow build, the devices, and why no GPU is seen.
+
+    Lists logical devices, which initialises TensorFlow's runtime.
+    """
+    build = tf.sysconfig.get_build_info()
+    import keras
+
+    gpus = list_gpus()
+    visible = tf.config.get_visible_devices("GPU")
+    report = {
+        "tensorflow": tf.__version__,
+        "keras": keras.__version__,
+        "python": sys.version.split()[0],
+        "built_with_cuda": tf.test.is_built_with_cuda(),
+        "cuda_version": build.get("cuda_version"),
+        "cudnn_version": build.get("cudnn_version"),
+        "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES"),
+        "physical_devices": [
+            {"name": d.name, "type": d.device_type} for d in tf.config.list_physical_devices()
+        ],
+        "logical_devices": [
+            {"name": d.name, "type": d.device_type} for d in tf.config.list_logical_devices()
+        ],
+        "gpus": [
+            {
+                "index": g.index,
+                "name": g.name,
+                "compute_capability": g.compute_capability,
+                "memory_mb": g.memory_mb,
+            }
+            for g in gpus
+        ],
+        "no_gpu_reasons": [],
+    }
+    if not visible:
+        report["no_gpu_reasons"] = _no_gpu_reasons(report, bool(gpus))
+    return report
+
+
+def _no_gpu_reasons(report: dict, has_physical: bool) -> list[str]:
+    reasons = []
+    if has_physical:
+        reasons.append("GPUs exist but were hidden: configure(visible=[]) or set_visible_devices.")
+        return reasons
+    if not report["built_with_cuda"]:
+        reasons.append(
+            "This TensorFlow build has no CUDA support (CPU-only wheel or macOS); on "
+            "Linux install `pip install 'tfaccel[and-cuda]'`."
+        )
+    cvd = report["cuda_visible_devices"]
+    if cvd is not None and cvd.strip() in ("", "-1"):
+        reasons.append(f"CUDA_VISIBLE_DEVICES={cvd!r} hides every GPU.")
+    if report["built_with_cuda"] and not os.path.exists("/proc/driver/nvidia/version"):
+        reasons.append("No NVIDIA driver is loaded (/proc/driver/nvidia/version is missing).")
+    if not reasons:
+        reasons.append(
+            "CUDA build and driver look present; check that the CUDA/cuDNN libraries "
+            f"match the build (CUDA {report['cuda_version']}, cuDNN {report['cudnn_version']})."
+        )
+    return reasons
+
+
+def read_tf_config(environ: dict | None = None) -> dict | None:
+    """Parses and validates `TF_CONFIG`; returns None when it is unset or empty.
+
+    Raises:
+        DeviceConfigError: not JSON, no `task`, or a task not in the cluster.
+    """
+    raw = (os.environ if environ is None else environ).get("TF_CONFIG", "")
+    if not raw.strip():
+        return None
+    try:
+        config = json.loads(raw)
+    except json.JSONDecodeError as error:
+        raise DeviceConfigError(f"TF_CONFIG is not valid JSON ({error}): {raw[:200]!r}") from None
+    if not isinstance(config, dict) or not isinstance(config.get("task"), dict):
+        raise DeviceConfigError(
+            'TF_CONFIG has no "task" entry; expected e.g. {"cluster": {"worker": '
+            '["host0:port", "host1:port"]}, "task": {"type": "worker", "index": 0}}.'
+        )
+    cluster = config.get("cluster") or {}
+    task_type, index = config["task"].get("type"), config["task"].get("index")
+    members = cluster.get(task_type)
+    if not isinstance(members, list) or not members:
+        raise DeviceConfigError(
+            f"TF_CONFIG task type {task_type!r} is not in its cluster "
+            f"(cluster has {sorted(cluster)}): this task is not one of the workers."
+        )
+    if not isinstance(index, int) or not 0 <= index < len(members):
+        raise DeviceConfigError(
+            f"TF_CONFIG task index {index!r} is out of range: cluster[{task_type!r}] "
+            f"lists {len(members)} address(es) (indices 0..{len(members) - 1})."
+        )
+    return config
+
+
+def _worker_count(tf_config: dict | None) -> int:
+    if not tf_config:
+        return 0
+    cluster = tf_config.get("cluster", {})
+    return sum(len(cluster.get(t, [])) for t in _WORKER_TYPES)
+
+
+def strategy(
+    kind: str = "auto",
+    *,
+    devices: list[str] | None = None,
+    cross_device_ops: Any = "auto",
+    collective_timeout_s: float | None = COLLECTIVE_TIMEOUT_S,
+) -> tf.distribute.Strategy:
+    """Chooses a `tf.distribute.Strategy`.
+
+    `auto`: a multi-worker `TF_CONFIG` → `MultiWorkerMirroredStrategy`; several GPUs
+    (or several named `devices`) → `MirroredStrategy`; else the default strategy.
+
+    Args:
+        kind: one of auto, default, one_device, mirrored, multi_worker.
+        devices: device names for one_device / mirrored (e.g. `["/cpu:0", "/cpu:1"]`).
+        cross_device_ops: a `tf.distribute.CrossDeviceOps`, or "auto": NCCL on Linux
+            with several GPUs, hierarchical copy on other multi-GPU hosts, reduction
+            to one device for CPUs.
+        collective_timeout_s: multi-worker collectives fail after this many seconds
+            instead of hanging when a peer dies (None: wait for ever).
+
+    Raises:
+        ValueError: unknown kind.
+        DeviceConfigError: devices that do not exist, or a malformed TF_CONFIG.
+    """
+    if kind not in STRATEGY_KINDS:
+        raise ValueError(f"Unknown strategy kind {kind!r}; expected one of {STRATEGY_KINDS}.")
+    tf_config = read_tf_config()
+    if kind == "auto":
+        if _worker_count(tf_config) > 1:
+            kind = "multi_worker"
+        elif devices is not None:
+            kind = "mirrored" if len(devices) > 1 else "one_device"
+        elif len(tf.config.list_logical_devices("GPU")) > 1:
+            kind = "mirrored"
+        else:
+            kind = "default"
+    if kind == "default":
+        return tf.distribute.get_strategy()
+    if kind == "multi_worker":
+        options = tf.distribute.experimental.CommunicationOptions(
+            timeout_seconds=collective_timeout_s
+        )
+        return tf.distribute.MultiWorkerMirroredStrategy(communication_options=options)
+    names = _check_devices(devices) if devices is not None else _default_devices()
+    if kind == "one_device":
+        return tf.distribute.OneDeviceStrategy(names[0])
+    ops = _cross_device_ops(names) if cross_device_ops == "auto" else cross_device_ops
+    return tf.distribute.MirroredStrategy(devices=names, cross_device_ops=ops)
+
+
+def _default_devices() -> list[str]:
+    gpus = tf.config.list_logical_devices("GPU")
+    return [d.name for d in gpus] or [tf.config.list_logical_devices("CPU")[0].name]
+
+
+def _check_devices(devices: list[str]) -> list[str]:
+    if not devices:
+        raise DeviceConfigError("devices=[] names no device; pass e.g. ['/gpu:0', '/gpu:1'].")
+    available = {_canonical(d.name): d.name for d in tf.config.list_logical_devices()}
+    missing = [d for d in devices if _canonical(d) not in available]
+    if missing:
+        raise DeviceConfigError(
+            f"Device(s) {missing} do not exist. Logical devices here: "
+            f"{sorted(available.values())}. "
+            "Use tfaccel.devices.configure(virtual_cpus=N / virtual_gpus=N) to split a device."
+        )
+    return [available[_canonical(d)] for d in devices]
+
+
+def _canonical(name: str) -> str:
+    spec = tf.DeviceSpec.from_string(name)
+    return f"{(spec.device_type or '').upper()}:{spec.device_index or 0}"
+
+
+def _cross_device_ops(names: list[str]) -> tf.distribute.CrossDeviceOps | None:
+    gpus = [n for n in names if "GPU" in n.upper()]
+    if len(gpus) < 2:
+        return tf.distribute.ReductionToOneDevice()
+    if sys.platform.startswith("linux"):
+        return tf.distribute.NcclAllReduce()
+    return tf.distribute.HierarchicalCopyAllReduce()

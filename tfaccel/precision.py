@@ -1,0 +1,116 @@
+"""Choose and apply a Keras dtype policy from the hardware; the loss-scaling contract.
+
+Rule: every GPU with compute capability >= 8.0 (Ampere and later) → `mixed_bfloat16`;
+>= 7.0 (Volta, Turing) → `mixed_float16`; older GPUs or no GPU → `float32`. On CPUs
+bfloat16 brings no speedup and float16 is several times slower.
+
+Loss scaling: only float16 needs it. `wrap_optimizer` returns a Keras 3
+`LossScaleOptimizer`, whose `scale_loss` scales the loss and whose `apply` unscales
+the gradients and skips steps with non-finite gradients (lowering the scale).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import warnings
+
+import keras
+
+from tfaccel import devices
+
+POLICIES = ("float32", "mixed_float16", "mixed_bfloat16", "float16", "bfloat16", "float64")
+_warned_slow = False
+
+
+@dataclasses.dataclass(frozen=True)
+class Choice:
+    """A dtype policy name and the reason it was chosen."""
+
+    policy: str
+    reason: str
+
+
+def choose(gpus: list[devices.GPU] | None = None) -> Choice:
+    """Chooses the fastest safe dtype policy for `gpus` (default: this machine's)."""
+    gpus = devices.list_gpus() if gpus is None else list(gpus)
+    if not gpus:
+        return Choice("float32", "no GPU: reduced precision is not faster on CPU")
+    capabilities = [g.compute_capability for g in gpus]
+    if any(c is None for c in capabilities):
+        return Choice("float32", "a GPU's compute capability is unknown")
+    lowest = min(capabilities)
+    if lowest >= (8, 0):
+        return Choice("mixed_bfloat16", f"all GPUs have compute capability >= 8.0 (min {lowest})")
+    if lowest >= (7, 0):
+        return Choice("mixed_float16", f"all GPUs have tensor cores (min capability {lowest})")
+    return Choice("float32", f"GPU compute capability {lowest} < 7.0 has no tensor cores")
+
+
+def resolve(policy: str = "auto", gpus: list[devices.GPU] | None = None) -> str:
+    """Returns a concrete policy name for `policy` ("auto" → `choose`).
+
+    Raises:
+        ValueError: an unknown policy name.
+    """
+    if isinstance(policy, keras.DTypePolicy):
+        return policy.name
+    if policy == "auto":
+        return choose(gpus).policy
+    if policy not in POLICIES:
+        raise ValueError(f"Unknown dtype policy {policy!r}; expected 'auto' or one of {POLICIES}.")
+    if policy in ("mixed_float16", "float16"):
+        _warn_if_slow(policy, gpus)
+    return policy
+
+
+def _warn_if_slow(policy: str, gpus: list[devices.GPU] | None) -> None:
+    global _warned_slow
+    gpus = devices.list_gpus() if gpus is None else gpus
+    capable = gpus and all(g.compute_capability and g.compute_capability >= (7, 0) for g in gpus)
+    if not capable and not _warned_slow:
+        _warned_slow = True
+        warnings.warn(
+            f"{policy} was requested but no GPU with tensor cores (compute capability >= 7.0) "
+            "is visible: float16 math will be much slower than float32 here. "
+            "Use policy='auto' to choose from the hardware.",
+            stacklevel=3,
+        )
+
+
+def apply(policy: str = "auto") -> keras.DTypePolicy:
+    """Sets the Keras global dtype policy and returns it."""
+    keras.config.set_dtype_policy(resolve(policy))
+    return keras.config.dtype_policy()
+
+
+@contextlib.contextmanager
+def scope(policy: str = "auto"):
+    """Applies `policy` inside a `with` block and restores the previous policy after."""
+    previous = keras.config.dtype_policy()
+    try:
+        yield apply(policy)
+    finally:
+        keras.config.set_dtype_policy(previous)
+
+
+def needs_loss_scaling(policy: str | keras.DTypePolicy | None = None) -> bool:
+    """True when `policy` (default: the global one) computes in float16."""
+    if policy is None:
+        policy = keras.config.dtype_policy()
+    name = policy.compute_dtype if isinstance(policy, keras.DTypePolicy) else policy
+    return "float16" in name and "bfloat16" not in name
+
+
+def wrap_optimizer(optimizer: keras.optimizers.Optimizer, policy=None):
+    """Returns a `LossScaleOptimizer` around `optimizer` when the policy needs it.
+
+    Args:
+        optimizer: a Keras optimizer (an existing LossScaleOptimizer is returned as is).
+        policy: a policy name or object; default the global policy.
+    """
+    if isinstance(optimizer, keras.optimizers.LossScaleOptimizer):
+        return optimizer
+    if needs_loss_scaling(policy):
+        return keras.optimizers.LossScaleOptimizer(optimizer)
+    return optimizer
