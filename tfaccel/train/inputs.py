@@ -1,0 +1,91 @@
+"""Checks and distributes the Trainer's input data."""
+
+from __future__ import annotations
+
+import tensorflow as tf
+
+INFINITE = tf.data.INFINITE_CARDINALITY
+
+
+def is_dataset_fn(data) -> bool:
+    """True for a `distribute_datasets_from_function`-style callable."""
+    return callable(data) and not isinstance(data, tf.data.Dataset)
+
+
+def sample_dataset(data) -> tf.data.Dataset:
+    """A dataset with the element structure of `data` (built, not iterated)."""
+    if isinstance(data, tf.data.Dataset):
+        return data
+    if is_dataset_fn(data):
+        return data(tf.distribute.InputContext())
+    raise TypeError(
+        f"Expected a batched tf.data.Dataset or a dataset function, got {type(data).__name__}. "
+        "Wrap arrays with tfaccel.data.pipeline(...) or tf.data.Dataset.from_tensor_slices(...)"
+        ".batch(n)."
+    )
+
+
+def check_elements(dataset: tf.data.Dataset, model) -> None:
+    """Raises ValueError unless elements are batched `(x, y)` or `(x, y, sample_weight)`."""
+    spec = dataset.element_spec
+    if not isinstance(spec, tuple) or len(spec) not in (2, 3):
+        raise ValueError(
+            "Each dataset element must be a tuple (x, y) or (x, y, sample_weight); got "
+            f"element_spec {spec}. Map it first, e.g. ds.map(lambda d: (d['image'], d['label']))."
+        )
+    flat = tf.nest.flatten(spec)
+    unbatched = any(s.shape.rank == 0 for s in flat)
+    inputs = getattr(model, "inputs", None)
+    if not unbatched and inputs:
+        x_specs = tf.nest.flatten(spec[0])
+        if len(x_specs) == len(inputs):
+            unbatched = any(
+                s.shape.rank is not None and s.shape.rank == len(i.shape) - 1
+                for s, i in zip(x_specs, inputs, strict=True)
+            )
+    if unbatched:
+        raise ValueError(
+            f"The dataset looks unbatched (element_spec {spec}): elements need a leading batch "
+            "dimension. Call .batch(global_batch_size) on it, or build it with "
+            "tfaccel.data.pipeline(..., batch_size=...)."
+        )
+
+
+def static_batch_size(dataset: tf.data.Dataset) -> int | None:
+    """The batch size the dataset was batched with, when it can be read from its graph."""
+    dim = tf.nest.flatten(dataset.element_spec)[0].shape
+    if dim.rank and dim[0] is not None:
+        return int(dim[0])
+    node = dataset
+    while node is not None:
+        size = getattr(node, "_batch_size", None)
+        if size is not None:
+            try:
+                return int(tf.get_static_value(size))
+            except TypeError:
+                return None
+        node = getattr(node, "_input_dataset", None)
+    return None
+
+
+def has_static_batch(dataset: tf.data.Dataset) -> bool:
+    """True when every batch has the same size (`drop_remainder=True`)."""
+    dim = tf.nest.flatten(dataset.element_spec)[0].shape
+    return bool(dim.rank) and dim[0] is not None
+
+
+def check_finite(dataset: tf.data.Dataset, steps_per_epoch: int | None, what: str) -> None:
+    """Raises ValueError for an infinite dataset without a step count."""
+    if steps_per_epoch is None and dataset.cardinality() == INFINITE:
+        raise ValueError(
+            f"The {what} dataset is infinite (it repeats), so an epoch never ends on its own. "
+            f"Pass {'steps_per_epoch' if what == 'training' else 'validation_steps'}=N, or "
+            "remove .repeat()."
+        )
+
+
+def distribute(strategy: tf.distribute.Strategy, data):
+    """Returns the distributed dataset to iterate under `strategy`."""
+    if is_dataset_fn(data):
+        return strategy.distribute_datasets_from_function(data)
+    return strategy.experimental_distribute_dataset(data)

@@ -1,0 +1,116 @@
+"""The inner loop: N train or test steps in one `tf.function`, under any strategy."""
+
+from __future__ import annotations
+
+import re
+
+import tensorflow as tf
+
+from tfaccel.train.losses import PerExampleLoss
+
+
+def unpack(data):
+    """Splits an element into `(x, y, sample_weight)`."""
+    if len(data) == 3:
+        return data
+    return data[0], data[1], None
+
+
+class StepLoops:
+    """Builds the replica steps and the multi-step loops for one Trainer.
+
+    Loss contract: per-example loss → `tf.nn.compute_average_loss` with the actual
+    global batch of the step, plus `tf.nn.scale_regularization_loss(model.losses)`;
+    then the optimizer's loss scaling. Summed over replicas, the gradients equal
+    single-device gradients of the same global batch.
+    """
+
+    def __init__(
+        self,
+        *,
+        model,
+        optimizer,
+        loss: PerExampleLoss,
+        metrics,
+        loss_tracker,
+        strategy,
+        step_counter,
+        jit_compile: bool,
+    ):
+        self.model = model
+        self.optimizer = optimizer
+        self.loss = loss
+        self.metrics = metrics
+        self.loss_tracker = loss_tracker
+        self.strategy = strategy
+        self.step_counter = step_counter
+        self.jit_compile = jit_compile
+        replica_train = tf.function(self._train_step, jit_compile=True) if jit_compile else None
+        self._replica_train = replica_train or self._train_step
+        self.train_loop = tf.function(self._train_loop)
+        self.test_loop = tf.function(self._test_loop)
+
+    def _forward(self, data, training: bool):
+        x, y, sample_weight = unpack(data)
+        y_pred = self.model(x, training=training)
+        per_example = self.loss(y, y_pred, sample_weight)
+        local = tf.shape(per_example)[0]
+        context = tf.distribute.get_replica_context()
+        global_batch = context.all_reduce("SUM", local)
+        loss = tf.nn.compute_average_loss(per_example, global_batch_size=global_batch)
+        if self.model.losses:
+            loss += tf.nn.scale_regularization_loss(tf.add_n(self.model.losses))
+        # This replica's share of the global mean, weighted so that the sum over
+        # replicas of value * weight / global_batch is the global loss.
+        global_f = tf.cast(global_batch, tf.float32)
+        local_f = tf.cast(local, tf.float32)
+        self.loss_tracker.update_state(
+            tf.math.divide_no_nan(loss * global_f, local_f), sample_weight=local_f
+        )
+        for metric in self.metrics:
+            metric.update_state(y, y_pred, sample_weight)
+        return loss
+
+    def _train_step(self, data):
+        variables = self.model.trainable_variables
+        with tf.GradientTape() as tape:
+            loss = self._forward(data, training=True)
+            scaled = self.optimizer.scale_loss(loss)
+        grads = tape.gradient(scaled, variables)
+        self.optimizer.apply(grads, variables)
+
+    def _train_loop(self, iterator, num_steps):
+        done = tf.constant(0, tf.int32)
+        for _ in tf.range(num_steps):
+            optional = iterator.get_next_as_optional()
+            if not optional.has_value():
+                break
+            self.strategy.run(self._replica_train, args=(optional.get_value(),))
+            self.step_counter.assign_add(1)
+            done += 1
+        return done
+
+    def _test_step(self, data):
+        self._forward(data, training=False)
+
+    def _test_loop(self, iterator, num_steps):
+        done = tf.constant(0, tf.int32)
+        for _ in tf.range(num_steps):
+            optional = iterator.get_next_as_optional()
+            if not optional.has_value():
+                break
+            self.strategy.run(self._test_step, args=(optional.get_value(),))
+            done += 1
+        return done
+
+
+def explain_xla_error(error: Exception, model) -> str:
+    """Names the layer(s) whose ops XLA could not compile, from a TensorFlow error."""
+    text = str(error)
+    names = [layer.name for layer in model._flatten_layers(include_self=False)]
+    culprits = [n for n in names if re.search(rf"\b{re.escape(n)}\b", text)]
+    where = f"layer(s) {culprits}" if culprits else "an op in the model"
+    return (
+        f"jit_compile=True failed: XLA cannot compile {where}. Pass jit_compile=False "
+        f"(or 'auto'), or replace the layer. TensorFlow said: {text.splitlines()[0][:500]}"
+    )

@@ -1,0 +1,318 @@
+"""The Trainer: a small outer loop (epochs, evaluation, callbacks) over a multi-step inner loop.
+
+Example:
+    >>> strategy = tfaccel.devices.strategy("auto")                 # doctest: +SKIP
+    >>> trainer = tfaccel.Trainer(build_model, optimizer=keras.optimizers.Adam,
+    ...                           loss="sparse_categorical_crossentropy",
+    ...                           metrics=["accuracy"], strategy=strategy)
+    >>> history = trainer.fit(train_ds, epochs=5, validation_data=val_ds)
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import warnings
+
+import keras
+import tensorflow as tf
+
+from tfaccel import devices, precision
+from tfaccel.train import inputs, settings
+from tfaccel.train.losses import PerExampleLoss, resolve_metrics
+from tfaccel.train.steps import StepLoops, explain_xla_error
+
+logger = logging.getLogger("tfaccel")
+
+
+class Trainer:
+    """Trains a Keras model with custom `tf.function` steps under a `tf.distribute` strategy.
+
+    Args:
+        model: a `keras.Model`, or a zero-argument callable building one (called in
+            the strategy scope). A given model must have been built in that scope.
+        optimizer: a Keras optimizer, its name, or a callable building one; wrapped in
+            a `LossScaleOptimizer` when the dtype policy computes in float16.
+        loss: a `keras.losses.Loss`, a loss name, or `fn(y_true, y_pred)` returning one
+            loss per example.
+        metrics: Keras metrics (objects or names such as "accuracy").
+        strategy: a `tf.distribute.Strategy`; None → `tfaccel.devices.strategy("auto")`.
+        steps_per_loop: steps per `tf.function` call, or "auto" (100, clipped to the
+            epoch). Callbacks' batch hooks fire once per loop.
+        jit_compile: True, False or "auto" (XLA on a single GPU when every layer
+            supports it; never on CPU, where it is slower).
+
+    Raises:
+        ValueError: bad `steps_per_loop` / `jit_compile`, or a model whose variables
+            were not created under `strategy`.
+    """
+
+    def __init__(
+        self,
+        model,
+        *,
+        optimizer="adam",
+        loss,
+        metrics=(),
+        strategy=None,
+        steps_per_loop="auto",
+        jit_compile="auto",
+    ):
+        self.strategy = strategy or devices.strategy("auto")
+        self.steps_per_loop = settings.resolve_steps_per_loop(steps_per_loop)
+        self._jit_compile_arg = jit_compile
+        with self.strategy.scope():
+            self.model = model if isinstance(model, keras.Model) else model()
+            self._check_model_scope()
+            if isinstance(optimizer, str):
+                optimizer = keras.optimizers.get(optimizer)
+            elif not isinstance(optimizer, keras.optimizers.Optimizer):
+                optimizer = optimizer()
+            self.optimizer = precision.wrap_optimizer(optimizer)
+            self.loss = PerExampleLoss(loss)
+            self.metrics = resolve_metrics(metrics, self.loss)
+            self.loss_tracker = keras.metrics.Mean(name="loss")
+            self.step = tf.Variable(
+                0,
+                dtype=tf.int64,
+                trainable=False,
+                name="global_step",
+                aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA,
+            )
+        self.model.optimizer = self.optimizer
+        self.jit_compile = settings.resolve_jit_compile(jit_compile, self.model, self.strategy)
+        self._loops = None
+        self._skipped_offset = None
+        self.settings: dict = {}
+
+    def _check_model_scope(self) -> None:
+        foreign = [
+            v.path
+            for v in self.model.variables
+            if not self.strategy.extended.variable_created_in_scope(getattr(v, "value", v))
+        ]
+        if foreign:
+            raise ValueError(
+                f"The model's variables (e.g. {foreign[:3]}) were not created under the "
+                f"Trainer's strategy ({type(self.strategy).__name__}). Build the model inside "
+                "`with strategy.scope():`, or pass a function that builds it: "
+                "Trainer(build_model, ...)."
+            )
+
+    def _ensure_built(self, sample: tf.data.Dataset) -> None:
+        if self._loops is not None:
+            return
+        with self.strategy.scope():
+            if not self.model.built:
+                x_spec = sample.element_spec[0]
+                self.model.build(tf.nest.map_structure(lambda s: s.shape, x_spec))
+            self.optimizer.build(self.model.trainable_variables)
+        self._loops = StepLoops(
+            model=self.model,
+            optimizer=self.optimizer,
+            loss=self.loss,
+            metrics=self.metrics,
+            loss_tracker=self.loss_tracker,
+            strategy=self.strategy,
+            step_counter=self.step,
+            jit_compile=self.jit_compile,
+        )
+        self._skipped_offset = int(self.step.numpy()) - int(self.optimizer.iterations.numpy())
+
+    def _prepare(self, data, steps, what: str):
+        sample = inputs.sample_dataset(data)
+        inputs.check_elements(sample, self.model)
+        inputs.check_finite(sample, steps, what)
+        replicas = self.strategy.num_replicas_in_sync
+        batch = getattr(data, "global_batch_size", None) or inputs.static_batch_size(sample)
+        if not inputs.is_dataset_fn(data) and inputs.has_static_batch(sample) and batch:
+            if batch % replicas:
+                raise ValueError(
+                    f"The global batch of {batch} (drop_remainder=True) does not divide among "
+                    f"{replicas} replicas. Use a batch size that is a multiple of {replicas}."
+                )
+        self._ensure_built(sample)
+        return batch
+
+    def _resolve_settings(self, global_batch: int | None) -> dict:
+        replicas = self.strategy.num_replicas_in_sync
+        policy = keras.config.dtype_policy().name
+        per_replica = global_batch // replicas if global_batch else None
+        return {
+            "strategy": type(self.strategy).__name__,
+            "replicas": replicas,
+            "per_replica_batch": per_replica,
+            "global_batch": global_batch,
+            "dtype_policy": policy,
+            "loss_scale": settings.loss_scale_of(self.optimizer) or "none",
+            "jit_compile": self.jit_compile,
+            "steps_per_loop": self.steps_per_loop,
+            "devices": _device_names(self.strategy),
+        }
+
+    def _logs(self) -> dict:
+        logs = {"loss": float(self.loss_tracker.result())}
+        for metric in self.metrics:
+            logs[metric.name] = float(metric.result())
+        scale = settings.loss_scale_of(self.optimizer)
+        if scale is not None:
+            logs["loss_scale"] = scale
+            logs["skipped_steps"] = self.skipped_steps
+        return logs
+
+    @property
+    def skipped_steps(self) -> int:
+        """Steps whose gradients were not finite and were skipped by loss scaling."""
+        if self._skipped_offset is None:
+            return 0
+        done = int(self.step.numpy()) - int(self.optimizer.iterations.numpy())
+        return done - self._skipped_offset
+
+    def _reset_metrics(self) -> None:
+        for metric in [self.loss_tracker, *self.metrics]:
+            metric.reset_state()
+
+    def _run_loop(self, loop, iterator, num_steps: int) -> int:
+        try:
+            return int(loop(iterator, tf.constant(num_steps, tf.int32)))
+        except (tf.errors.InvalidArgumentError, tf.errors.UnimplementedError) as error:
+            text = str(error)
+            if self.jit_compile and ("XLA" in text or "jit" in text.lower()):
+                raise ValueError(explain_xla_error(error, self.model)) from error
+            raise
+
+    def fit(
+        self,
+        train_data,
+        *,
+        epochs: int = 1,
+        steps_per_epoch: int | None = None,
+        validation_data=None,
+        validation_steps: int | None = None,
+        callbacks=(),
+        verbose="auto",
+    ) -> keras.callbacks.History:
+        """Trains for `epochs`; returns the Keras `History`.
+
+        Args:
+            train_data: a batched `tf.data.Dataset` (global batch), a dataset function for
+                `distribute_datasets_from_function`, or `tfaccel.data.pipeline(...)`'s result.
+            epochs: number of epochs.
+            steps_per_epoch: steps per epoch; required for infinite datasets. With it,
+                one iterator runs through all epochs.
+            validation_data: evaluated at each epoch end; results logged as `val_*`.
+            validation_steps: steps of validation (None: until exhausted).
+            callbacks: `keras.callbacks.Callback` objects.
+            verbose: 0 silent, 1 progress bar, 2 one line per epoch, "auto" → 1.
+
+        Raises:
+            ValueError: an unbatched dataset, elements not `(x, y[, sample_weight])`,
+                an infinite dataset without `steps_per_epoch`, or a global batch that
+                does not divide among the replicas.
+        """
+        verbose = 1 if verbose == "auto" else verbose
+        global_batch = self._prepare(train_data, steps_per_epoch, "training")
+        if validation_data is not None:
+            self._prepare(validation_data, validation_steps, "validation")
+        self.settings = self._resolve_settings(global_batch)
+        table = settings.format_table(self.settings)
+        print(table) if verbose else logger.info(table)
+
+        dataset = inputs.distribute(self.strategy, train_data)
+        val_dataset = None
+        if validation_data is not None:
+            val_dataset = inputs.distribute(self.strategy, validation_data)
+        callback_list = keras.callbacks.CallbackList(
+            list(callbacks),
+            add_history=True,
+            add_progbar=verbose != 0,
+            model=self.model,
+            verbose=verbose,
+            epochs=epochs,
+            steps=steps_per_epoch,
+        )
+        self.model.stop_training = False
+        callback_list.on_train_begin()
+        iterator = iter(dataset) if steps_per_epoch is not None else None
+        epoch_logs = {}
+        for epoch in range(epochs):
+            self._reset_metrics()
+            callback_list.on_epoch_begin(epoch)
+            if steps_per_epoch is None:
+                iterator = iter(dataset)
+            exhausted = self._train_epoch(iterator, steps_per_epoch, callback_list)
+            epoch_logs = self._logs()
+            if val_dataset is not None:
+                val_logs = self._evaluate(val_dataset, validation_steps)
+                epoch_logs.update({f"val_{k}": v for k, v in val_logs.items()})
+            callback_list.on_epoch_end(epoch, epoch_logs)
+            if exhausted and steps_per_epoch is not None:
+                warnings.warn(
+                    f"The training data ran out after {int(self.step.numpy())} steps, before "
+                    f"{epochs} epochs of {steps_per_epoch} steps; add .repeat() to the dataset "
+                    "or lower steps_per_epoch.",
+                    stacklevel=2,
+                )
+                break
+            if self.model.stop_training:
+                break
+        callback_list.on_train_end(epoch_logs)
+        return self.model.history
+
+    def _train_epoch(self, iterator, steps_per_epoch, callback_list) -> bool:
+        """Runs one epoch of loops; returns True when the data ran out early."""
+        step = 0
+        while steps_per_epoch is None or step < steps_per_epoch:
+            want = self.steps_per_loop
+            if steps_per_epoch is not None:
+                want = min(want, steps_per_epoch - step)
+            callback_list.on_train_batch_begin(step)
+            examples_before = float(self.loss_tracker.count.numpy())
+            start = time.perf_counter()
+            done = self._run_loop(self._loops.train_loop, iterator, want)
+            elapsed = time.perf_counter() - start
+            if done == 0:
+                return True
+            step += done
+            logs = self._logs()
+            logs["steps"] = done
+            examples = float(self.loss_tracker.count.numpy()) - examples_before
+            logs["examples_per_second"] = examples / elapsed if elapsed > 0 else 0.0
+            callback_list.on_train_batch_end(step - 1, logs)
+            if done < want:
+                return steps_per_epoch is not None
+            if self.model.stop_training:
+                break
+        return False
+
+    def _evaluate(self, dataset, steps: int | None) -> dict:
+        self._reset_metrics()
+        iterator = iter(dataset)
+        done = 0
+        while steps is None or done < steps:
+            want = self.steps_per_loop if steps is None else min(self.steps_per_loop, steps - done)
+            ran = self._run_loop(self._loops.test_loop, iterator, want)
+            done += ran
+            if ran < want:
+                break
+        return {
+            "loss": float(self.loss_tracker.result()),
+            **{m.name: float(m.result()) for m in self.metrics},
+        }
+
+    def evaluate(self, data, *, steps: int | None = None) -> dict:
+        """Evaluates the model; returns `{"loss": ..., <metric>: ...}` over all examples.
+
+        Raises:
+            ValueError: the same input checks as `fit`.
+        """
+        self._prepare(data, steps, "evaluation")
+        return self._evaluate(inputs.distribute(self.strategy, data), steps)
+
+
+def _device_names(strategy: tf.distribute.Strategy) -> str:
+    try:
+        return ", ".join(strategy.extended.worker_devices)
+    except RuntimeError:  # the default strategy places ops on TensorFlow's default device
+        gpus = tf.config.list_logical_devices("GPU")
+        return (gpus or tf.config.list_logical_devices("CPU"))[0].name
