@@ -105,12 +105,20 @@ class StepLoops:
 
 
 def explain_xla_error(error: Exception, model) -> str:
-    """Names the layer(s) whose ops XLA could not compile, from a TensorFlow error."""
+    """Names the layer(s) and op(s) XLA could not compile, from a TensorFlow error."""
     text = str(error)
-    names = [layer.name for layer in model._flatten_layers(include_self=False)]
-    culprits = [n for n in names if re.search(rf"\b{re.escape(n)}\b", text)]
+    ops = sorted(set(re.findall(r"No registered '(\w+)' OpKernel for XLA", text)))
+    parts = set()
+    for node in re.findall(r"\{\{node ([^}]+)\}\}", text):
+        parts.update(node.split("/"))
+    culprits = [
+        layer.name
+        for layer in model._flatten_layers(include_self=False)
+        if any(re.fullmatch(rf"{re.escape(layer.name)}(_\d+)?", p) for p in parts)
+    ]
     where = f"layer(s) {culprits}" if culprits else "an op in the model"
+    what = f" (unsupported op(s): {ops})" if ops else ""
     return (
-        f"jit_compile=True failed: XLA cannot compile {where}. Pass jit_compile=False "
-        f"(or 'auto'), or replace the layer. TensorFlow said: {text.splitlines()[0][:500]}"
+        f"jit_compile=True failed: XLA cannot compile {where}{what}. Pass jit_compile=False "
+        "(or 'auto'), or replace the layer."
     )
