@@ -89,3 +89,34 @@ def distribute(strategy: tf.distribute.Strategy, data):
     if is_dataset_fn(data):
         return strategy.distribute_datasets_from_function(data)
     return strategy.experimental_distribute_dataset(data)
+
+
+def repeat(data):
+    """Repeats a dataset (or each dataset a dataset function builds) indefinitely."""
+    if is_dataset_fn(data):
+        return _DatasetFnWrapper(data, lambda ds, context: ds.repeat())
+    return data.repeat()
+
+
+def skip(data, steps: int, strategy: tf.distribute.Strategy):
+    """Skips the batches of `steps` global steps (fast-forward after a resume)."""
+    if is_dataset_fn(data):
+        # Each input pipeline feeds (replicas / pipelines) replicas per step.
+        def skip_fn(ds, context):
+            per_pipeline = context.num_replicas_in_sync // max(context.num_input_pipelines, 1)
+            return ds.skip(steps * per_pipeline)
+
+        return _DatasetFnWrapper(data, skip_fn)
+    return data.skip(steps)
+
+
+class _DatasetFnWrapper:
+    """A dataset function with a transformation applied to what it returns."""
+
+    def __init__(self, fn, transform):
+        self.fn = fn
+        self.transform = transform
+        self.global_batch_size = getattr(fn, "global_batch_size", None)
+
+    def __call__(self, context):
+        return self.transform(self.fn(context), context)

@@ -33,6 +33,7 @@ class StepLoops:
         loss: PerExampleLoss,
         metrics,
         loss_tracker,
+        loop_loss,
         strategy,
         step_counter,
         jit_compile: bool,
@@ -42,6 +43,7 @@ class StepLoops:
         self.loss = loss
         self.metrics = metrics
         self.loss_tracker = loss_tracker
+        self.loop_loss = loop_loss
         self.strategy = strategy
         self.step_counter = step_counter
         self.jit_compile = jit_compile
@@ -64,9 +66,10 @@ class StepLoops:
         # replicas of value * weight / global_batch is the global loss.
         global_f = tf.cast(global_batch, tf.float32)
         local_f = tf.cast(local, tf.float32)
-        self.loss_tracker.update_state(
-            tf.math.divide_no_nan(loss * global_f, local_f), sample_weight=local_f
-        )
+        share = tf.math.divide_no_nan(loss * global_f, local_f)
+        self.loss_tracker.update_state(share, sample_weight=local_f)
+        if training:
+            self.loop_loss.update_state(share, sample_weight=local_f)
         for metric in self.metrics:
             metric.update_state(y, y_pred, sample_weight)
         return loss

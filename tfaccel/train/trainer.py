@@ -11,14 +11,13 @@ Example:
 from __future__ import annotations
 
 import logging
-import time
-import warnings
 
 import keras
 import tensorflow as tf
 
 from tfaccel import devices, precision
 from tfaccel.train import inputs, settings
+from tfaccel.train.fit_loop import FitLoop, check_checkpoint_every
 from tfaccel.train.losses import PerExampleLoss, resolve_metrics
 from tfaccel.train.steps import StepLoops, explain_xla_error
 
@@ -72,6 +71,7 @@ class Trainer:
             self.loss = PerExampleLoss(loss)
             self.metrics = resolve_metrics(metrics, self.loss)
             self.loss_tracker = keras.metrics.Mean(name="loss")
+            self.loop_loss = keras.metrics.Mean(name="loop_loss")  # divergence check
             self.step = tf.Variable(
                 0,
                 dtype=tf.int64,
@@ -79,10 +79,13 @@ class Trainer:
                 name="global_step",
                 aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA,
             )
+            self.epoch = tf.Variable(0, dtype=tf.int64, trainable=False, name="epoch")
+            self.epoch_step = tf.Variable(0, dtype=tf.int64, trainable=False, name="epoch_step")
         self.model.optimizer = self.optimizer
         self.jit_compile = settings.resolve_jit_compile(jit_compile, self.model, self.strategy)
-        self._loops = None
+        self.loops = None
         self._skipped_offset = None
+        self.preempted = False
         self.settings: dict = {}
 
     def _check_model_scope(self) -> None:
@@ -100,19 +103,20 @@ class Trainer:
             )
 
     def _ensure_built(self, sample: tf.data.Dataset) -> None:
-        if self._loops is not None:
+        if self.loops is not None:
             return
         with self.strategy.scope():
             if not self.model.built:
                 x_spec = sample.element_spec[0]
                 self.model.build(tf.nest.map_structure(lambda s: s.shape, x_spec))
             self.optimizer.build(self.model.trainable_variables)
-        self._loops = StepLoops(
+        self.loops = StepLoops(
             model=self.model,
             optimizer=self.optimizer,
             loss=self.loss,
             metrics=self.metrics,
             loss_tracker=self.loss_tracker,
+            loop_loss=self.loop_loss,
             strategy=self.strategy,
             step_counter=self.step,
             jit_compile=self.jit_compile,
@@ -150,7 +154,7 @@ class Trainer:
             "devices": _device_names(self.strategy),
         }
 
-    def _logs(self) -> dict:
+    def logs(self) -> dict:
         logs = {"loss": float(self.loss_tracker.result())}
         for metric in self.metrics:
             logs[metric.name] = float(metric.result())
@@ -168,11 +172,11 @@ class Trainer:
         done = int(self.step.numpy()) - int(self.optimizer.iterations.numpy())
         return done - self._skipped_offset
 
-    def _reset_metrics(self) -> None:
+    def reset_metrics(self) -> None:
         for metric in [self.loss_tracker, *self.metrics]:
             metric.reset_state()
 
-    def _run_loop(self, loop, iterator, num_steps: int) -> int:
+    def run_loop(self, loop, iterator, num_steps: int) -> int:
         try:
             return int(loop(iterator, tf.constant(num_steps, tf.int32)))
         except (tf.errors.InvalidArgumentError, tf.errors.UnimplementedError) as error:
@@ -180,6 +184,17 @@ class Trainer:
             if self.jit_compile and ("XLA" in text or "jit" in text.lower()):
                 raise ValueError(explain_xla_error(error, self.model)) from error
             raise
+
+    def checkpoint_objects(self) -> dict:
+        """The state a checkpoint holds: step counters, model, optimizer, metrics."""
+        return {
+            "step": self.step,
+            "epoch": self.epoch,
+            "epoch_step": self.epoch_step,
+            "model": self.model,
+            "optimizer": self.optimizer,
+            "metrics": [self.loss_tracker, *self.metrics],
+        }
 
     def fit(
         self,
@@ -191,6 +206,12 @@ class Trainer:
         validation_steps: int | None = None,
         callbacks=(),
         verbose="auto",
+        checkpoint_dir=None,
+        checkpoint_every="epoch",
+        keep: int = 3,
+        divergence_loops: int = 3,
+        restore_on_divergence: bool = False,
+        exit_on_preemption: bool = True,
     ) -> keras.callbacks.History:
         """Trains for `epochs`; returns the Keras `History`.
 
@@ -198,100 +219,64 @@ class Trainer:
             train_data: a batched `tf.data.Dataset` (global batch), a dataset function for
                 `distribute_datasets_from_function`, or `tfaccel.data.pipeline(...)`'s result.
             epochs: number of epochs.
-            steps_per_epoch: steps per epoch; required for infinite datasets. With it,
-                one iterator runs through all epochs.
+            steps_per_epoch: steps per epoch; required for infinite datasets. Default: the
+                dataset's length.
             validation_data: evaluated at each epoch end; results logged as `val_*`.
             validation_steps: steps of validation (None: until exhausted).
             callbacks: `keras.callbacks.Callback` objects.
             verbose: 0 silent, 1 progress bar, 2 one line per epoch, "auto" → 1.
+            checkpoint_dir: save and resume here. A run started again with the same
+                directory continues at the saved step with the same next batch.
+            checkpoint_every: "epoch" or a number of steps.
+            keep: how many checkpoints to keep.
+            divergence_loops: raise `TrainingDivergedError` after this many consecutive
+                step loops with a non-finite loss (no checkpoint is written meanwhile).
+            restore_on_divergence: restore the last good checkpoint before raising.
+            exit_on_preemption: after SIGTERM/SIGINT, save and exit with status 0 (else
+                return, with `trainer.preempted` set).
 
         Raises:
             ValueError: an unbatched dataset, elements not `(x, y[, sample_weight])`,
-                an infinite dataset without `steps_per_epoch`, or a global batch that
-                does not divide among the replicas.
+                an infinite dataset without `steps_per_epoch`, a global batch that does
+                not divide among the replicas, or `checkpoint_every` < 1.
+            CheckpointMismatchError: `checkpoint_dir` holds another model's checkpoint.
+            TrainingDivergedError: the loss stayed non-finite.
         """
         verbose = 1 if verbose == "auto" else verbose
+        check_checkpoint_every(checkpoint_every)
         global_batch = self._prepare(train_data, steps_per_epoch, "training")
         if validation_data is not None:
             self._prepare(validation_data, validation_steps, "validation")
         self.settings = self._resolve_settings(global_batch)
         table = settings.format_table(self.settings)
         print(table) if verbose else logger.info(table)
-
-        dataset = inputs.distribute(self.strategy, train_data)
-        val_dataset = None
-        if validation_data is not None:
-            val_dataset = inputs.distribute(self.strategy, validation_data)
-        callback_list = keras.callbacks.CallbackList(
-            list(callbacks),
-            add_history=True,
-            add_progbar=verbose != 0,
-            model=self.model,
-            verbose=verbose,
+        self.preempted = False
+        loop = FitLoop(
+            self,
+            train_data,
             epochs=epochs,
-            steps=steps_per_epoch,
+            steps_per_epoch=steps_per_epoch,
+            validation_data=validation_data,
+            validation_steps=validation_steps,
+            callbacks=callbacks,
+            verbose=verbose,
+            global_batch=global_batch,
+            checkpoint_dir=checkpoint_dir,
+            checkpoint_every=checkpoint_every,
+            keep=keep,
+            divergence_loops=divergence_loops,
+            restore_on_divergence=restore_on_divergence,
+            exit_on_preemption=exit_on_preemption,
         )
-        self.model.stop_training = False
-        callback_list.on_train_begin()
-        iterator = iter(dataset) if steps_per_epoch is not None else None
-        epoch_logs = {}
-        for epoch in range(epochs):
-            self._reset_metrics()
-            callback_list.on_epoch_begin(epoch)
-            if steps_per_epoch is None:
-                iterator = iter(dataset)
-            exhausted = self._train_epoch(iterator, steps_per_epoch, callback_list)
-            epoch_logs = self._logs()
-            if val_dataset is not None:
-                val_logs = self._evaluate(val_dataset, validation_steps)
-                epoch_logs.update({f"val_{k}": v for k, v in val_logs.items()})
-            callback_list.on_epoch_end(epoch, epoch_logs)
-            if exhausted and steps_per_epoch is not None:
-                warnings.warn(
-                    f"The training data ran out after {int(self.step.numpy())} steps, before "
-                    f"{epochs} epochs of {steps_per_epoch} steps; add .repeat() to the dataset "
-                    "or lower steps_per_epoch.",
-                    stacklevel=2,
-                )
-                break
-            if self.model.stop_training:
-                break
-        callback_list.on_train_end(epoch_logs)
-        return self.model.history
+        return loop.run()
 
-    def _train_epoch(self, iterator, steps_per_epoch, callback_list) -> bool:
-        """Runs one epoch of loops; returns True when the data ran out early."""
-        step = 0
-        while steps_per_epoch is None or step < steps_per_epoch:
-            want = self.steps_per_loop
-            if steps_per_epoch is not None:
-                want = min(want, steps_per_epoch - step)
-            callback_list.on_train_batch_begin(step)
-            examples_before = float(self.loss_tracker.count.numpy())
-            start = time.perf_counter()
-            done = self._run_loop(self._loops.train_loop, iterator, want)
-            elapsed = time.perf_counter() - start
-            if done == 0:
-                return True
-            step += done
-            logs = self._logs()
-            logs["steps"] = done
-            examples = float(self.loss_tracker.count.numpy()) - examples_before
-            logs["examples_per_second"] = examples / elapsed if elapsed > 0 else 0.0
-            callback_list.on_train_batch_end(step - 1, logs)
-            if done < want:
-                return steps_per_epoch is not None
-            if self.model.stop_training:
-                break
-        return False
-
-    def _evaluate(self, dataset, steps: int | None) -> dict:
-        self._reset_metrics()
+    def evaluate_distributed(self, dataset, steps: int | None) -> dict:
+        self.reset_metrics()
         iterator = iter(dataset)
         done = 0
         while steps is None or done < steps:
             want = self.steps_per_loop if steps is None else min(self.steps_per_loop, steps - done)
-            ran = self._run_loop(self._loops.test_loop, iterator, want)
+            ran = self.run_loop(self.loops.test_loop, iterator, want)
             done += ran
             if ran < want:
                 break
@@ -307,7 +292,7 @@ class Trainer:
             ValueError: the same input checks as `fit`.
         """
         self._prepare(data, steps, "evaluation")
-        return self._evaluate(inputs.distribute(self.strategy, data), steps)
+        return self.evaluate_distributed(inputs.distribute(self.strategy, data), steps)
 
 
 def _device_names(strategy: tf.distribute.Strategy) -> str:

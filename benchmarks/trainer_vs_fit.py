@@ -1,0 +1,156 @@
+"""Trainer vs model.fit: examples/s on an overhead-bound MLP and a compute-bound ResNet.
+
+In one process, alternating contenders round by round after a warm-up round, each
+timed over whole `fit` calls of a fixed number of steps (the step count is read back
+on the host, so the clock stops after the work). Reports medians and ratios, plus the
+MLP's achieved FLOP/s as a fraction of this machine's float32 matmul peak.
+
+Run: `python benchmarks/trainer_vs_fit.py [--quick]`; writes
+`benchmarks/results/trainer_vs_fit.json`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import pathlib
+import statistics
+import time
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+import tfaccel
+
+RESULTS = pathlib.Path(__file__).parent / "results" / "trainer_vs_fit.json"
+
+
+def matmul_peak(n: int = 2048, repeats: int = 10) -> float:
+    """Best float32 FLOP/s of an n×n matmul chain, looped inside one tf.function."""
+    a = tf.random.normal((n, n))
+    b = tf.random.normal((n, n)) / n
+
+    @tf.function
+    def chain(x, steps):
+        for _ in tf.range(steps):
+            x = tf.matmul(x, b)
+        return tf.reduce_sum(x)
+
+    chain(a, tf.constant(2)).numpy()
+    best = 0.0
+    for _ in range(repeats):
+        start = time.perf_counter()
+        chain(a, tf.constant(8)).numpy()
+        best = max(best, 8 * 2 * n**3 / (time.perf_counter() - start))
+    return best
+
+
+def mlp_workload():
+    x = np.random.default_rng(0).random((8192, 784), dtype=np.float32)
+    y = np.random.default_rng(1).integers(0, 10, 8192).astype("int32")
+    data = tf.data.Dataset.from_tensor_slices((x, y)).repeat().batch(256, drop_remainder=True)
+
+    def build():
+        return tfaccel.models.mlp(input_shape=(784,), hidden=(256,), num_classes=10)
+
+    flops_per_example = 6 * (784 * 256 + 256 * 10)  # forward + backward ≈ 3 × forward
+    return build, data.prefetch(tf.data.AUTOTUNE), 256, flops_per_example
+
+
+def resnet_workload():
+    x = np.random.default_rng(0).random((1024, 32, 32, 3), dtype=np.float32)
+    y = np.random.default_rng(1).integers(0, 10, 1024).astype("int32")
+    data = tf.data.Dataset.from_tensor_slices((x, y)).repeat().batch(128, drop_remainder=True)
+
+    def build():
+        return tfaccel.models.resnet(
+            18, input_shape=(32, 32, 3), num_classes=10, stem="cifar", width=16
+        )
+
+    return build, data.prefetch(tf.data.AUTOTUNE), 128, None
+
+
+def contenders(build, steps_per_execution=(1, 8, 32)):
+    """Returns {name: fit(steps) callable}, each over its own freshly built model."""
+    runs = {}
+    for spe in steps_per_execution:
+        keras.utils.set_random_seed(0)
+        model = build()
+        model.compile(
+            keras.optimizers.SGD(0.01),
+            "sparse_categorical_crossentropy",
+            steps_per_execution=spe,
+            jit_compile="auto",
+        )
+        runs[f"fit_spe{spe}"] = lambda d, s, m=model: m.fit(
+            d, epochs=1, steps_per_epoch=s, verbose=0
+        )
+    keras.utils.set_random_seed(0)
+    trainer = tfaccel.Trainer(
+        build,
+        optimizer=lambda: keras.optimizers.SGD(0.01),
+        loss="sparse_categorical_crossentropy",
+    )
+    runs["trainer"] = lambda d, s: trainer.fit(d, epochs=1, steps_per_epoch=s, verbose=0)
+    return runs
+
+
+def measure(runs: dict, data, steps: int, rounds: int, batch: int) -> dict:
+    for run in runs.values():  # warm-up: tracing and first-step costs
+        run(data, steps)
+    times = {name: [] for name in runs}
+    for _ in range(rounds):
+        for name, run in runs.items():
+            start = time.perf_counter()
+            run(data, steps)
+            times[name].append(time.perf_counter() - start)
+    return {name: batch * steps / statistics.median(t) for name, t in times.items()}
+
+
+def summarise(examples_per_s: dict) -> dict:
+    fits = {k: v for k, v in examples_per_s.items() if k.startswith("fit_")}
+    best = max(fits, key=fits.get)
+    trainer = examples_per_s["trainer"]
+    return {
+        "examples_per_s": examples_per_s,
+        "fit_best": best,
+        "trainer_over_fit_spe1": trainer / examples_per_s["fit_spe1"],
+        "trainer_over_fit_best": trainer / fits[best],
+    }
+
+
+def main(argv=None) -> dict:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--quick", action="store_true", help="fewer steps and rounds")
+    args = parser.parse_args(argv)
+    rounds = 3 if args.quick else 5
+
+    peak = matmul_peak()
+    results = {"device": tfaccel.devices.describe()["logical_devices"][0]["name"]}
+
+    build, data, batch, flops = mlp_workload()
+    mlp = summarise(measure(contenders(build), data, 64 if args.quick else 256, rounds, batch))
+    mlp["trainer_flops"] = mlp["examples_per_s"]["trainer"] * flops
+    mlp["fraction_of_matmul_peak"] = mlp["trainer_flops"] / peak
+    results["mlp"] = mlp
+
+    build, data, batch, _ = resnet_workload()
+    results["resnet"] = summarise(
+        measure(contenders(build), data, 4 if args.quick else 8, rounds, batch)
+    )
+    results["matmul_peak_flops"] = peak
+    results["targets"] = {
+        "mlp_trainer_over_fit_spe1 >= 1.4": results["mlp"]["trainer_over_fit_spe1"] >= 1.4,
+        "mlp_trainer_over_fit_best >= 1.0": results["mlp"]["trainer_over_fit_best"] >= 1.0,
+        "resnet_trainer_over_fit_best >= 1.0": results["resnet"]["trainer_over_fit_best"] >= 1.0,
+        "mlp_fraction_of_peak >= 0.85": results["mlp"]["fraction_of_matmul_peak"] >= 0.85,
+    }
+    RESULTS.parent.mkdir(parents=True, exist_ok=True)
+    RESULTS.write_text(json.dumps(results, indent=2))
+    print(json.dumps(results, indent=2))
+    return results
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,253 @@
+"""The outer loop of `Trainer.fit`: epochs, callbacks, validation, checkpoints, faults.
+
+Input position. A finite dataset of known length runs as one repeated stream with
+`steps_per_epoch` = its length, so a single iterator spans the whole run. Resuming
+restores that iterator from the checkpoint when it is a plain `tf.data` iterator
+(default / one-device strategy); distributed iterators cannot be saved, so they are
+fast-forwarded with `skip` over the steps already done (exact for a deterministic,
+seeded pipeline; cheap when the pipeline caches). Datasets of unknown length get a
+new iterator each epoch and, on resume, restart the interrupted epoch.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+import warnings
+
+import keras
+
+from tfaccel.train import inputs
+from tfaccel.train.checkpoint import CheckpointState
+from tfaccel.train.faults import PreemptionWatcher, TrainingDivergedError
+
+
+def check_checkpoint_every(value):
+    """Returns `value` ("epoch" or an int >= 1) or raises ValueError."""
+    if value == "epoch" or (isinstance(value, int) and not isinstance(value, bool) and value >= 1):
+        return value
+    raise ValueError(f"checkpoint_every must be 'epoch' or an integer >= 1 step, got {value!r}.")
+
+
+class FitLoop:
+    """One `fit` call of a Trainer (see `Trainer.fit` for the arguments)."""
+
+    def __init__(
+        self,
+        trainer,
+        train_data,
+        *,
+        epochs,
+        steps_per_epoch,
+        validation_data,
+        validation_steps,
+        callbacks,
+        verbose,
+        global_batch,
+        checkpoint_dir,
+        checkpoint_every,
+        keep,
+        divergence_loops,
+        restore_on_divergence,
+        exit_on_preemption,
+    ):
+        self.t = trainer
+        self.epochs = epochs
+        self.validation_steps = validation_steps
+        self.checkpoint_every = check_checkpoint_every(checkpoint_every)
+        if not isinstance(divergence_loops, int) or divergence_loops < 1:
+            raise ValueError(f"divergence_loops must be an integer >= 1, got {divergence_loops}.")
+        self.divergence_loops = divergence_loops
+        self.restore_on_divergence = restore_on_divergence
+        self.exit_on_preemption = exit_on_preemption
+
+        cardinality = int(inputs.sample_dataset(train_data).cardinality())
+        self.stream = steps_per_epoch is not None or cardinality >= 0
+        if steps_per_epoch is None and cardinality >= 0:
+            steps_per_epoch = cardinality
+            train_data = inputs.repeat(train_data)
+        self.steps_per_epoch = steps_per_epoch
+        self.train_data = train_data
+        self.val_dataset = None
+        if validation_data is not None:
+            self.val_dataset = inputs.distribute(trainer.strategy, validation_data)
+
+        self.callbacks = keras.callbacks.CallbackList(
+            list(callbacks),
+            add_history=True,
+            add_progbar=verbose != 0,
+            model=trainer.model,
+            verbose=verbose,
+            epochs=epochs,
+            steps=steps_per_epoch,
+            batch_size=global_batch,
+        )
+        self.ckpt = None
+        if checkpoint_dir is not None:
+            self.ckpt = CheckpointState(
+                checkpoint_dir, trainer.strategy, keep, **trainer.checkpoint_objects()
+            )
+        self.bad_loops = 0
+        self.last_saved = None
+
+    # -- input ---------------------------------------------------------------------------
+
+    def _iterator(self, resumed_steps: int):
+        """A new iterator; on resume, positioned after `resumed_steps` steps of the stream."""
+        data = self.train_data
+        saveable = self.ckpt is not None and self.stream and self._saveable_iterator()
+        if resumed_steps and self.stream and not saveable:
+            data = inputs.skip(data, resumed_steps, self.t.strategy)
+        iterator = iter(inputs.distribute(self.t.strategy, data))
+        if saveable:
+            self.ckpt.set("iterator", iterator)
+        return iterator
+
+    def _saveable_iterator(self) -> bool:
+        return self.t.strategy.num_replicas_in_sync == 1 and not inputs.is_dataset_fn(
+            self.train_data
+        )
+
+    # -- checkpoints ---------------------------------------------------------------------
+
+    def _restore(self) -> int:
+        """Restores the latest checkpoint, if any; returns the steps done in this run."""
+        if self.ckpt is None:
+            return 0
+        if self.stream and self._saveable_iterator():
+            # The iterator must exist before restore so its state is read into it.
+            self._pending_iterator = self._iterator(0)
+        if self.ckpt.restore() is None:
+            self.t.epoch.assign(0)
+            self.t.epoch_step.assign(0)
+            return 0
+        return int(self.t.epoch.numpy()) * (self.steps_per_epoch or 0) + int(
+            self.t.epoch_step.numpy()
+        )
+
+    def _save(self) -> None:
+        step = int(self.t.step.numpy())
+        if self.ckpt is not None and self.last_saved != step:
+            self.ckpt.save(step)
+            self.last_saved = step
+
+    # -- the run -------------------------------------------------------------------------
+
+    def run(self) -> keras.callbacks.History:
+        self._pending_iterator = None
+        done_in_run = self._restore()
+        self.last_saved = int(self.t.step.numpy()) if done_in_run else None
+        start_epoch = int(self.t.epoch.numpy()) if self.ckpt is not None else 0
+        skip_in_epoch = int(self.t.epoch_step.numpy()) if self.ckpt is not None else 0
+        if self.ckpt is None:
+            self.t.epoch.assign(0)
+            self.t.epoch_step.assign(0)
+
+        iterator = None
+        if self.stream:
+            iterator = self._pending_iterator or self._iterator(done_in_run)
+        self.t.model.stop_training = False
+        self.callbacks.on_train_begin()
+        epoch_logs = {}
+        with PreemptionWatcher(self.t.strategy) as watcher:
+            self.watcher = watcher
+            for epoch in range(start_epoch, self.epochs):
+                first = skip_in_epoch if epoch == start_epoch else 0
+                if not first:
+                    self.t.reset_metrics()
+                self.callbacks.on_epoch_begin(epoch)
+                if not self.stream:
+                    iterator = self._iterator(0)
+                status = self._train_epoch(iterator, first)
+                if status == "preempted":
+                    return self._stop_for_preemption(epoch_logs)
+                epoch_logs = self.t.logs()
+                if self.val_dataset is not None:
+                    val_logs = self.t.evaluate_distributed(self.val_dataset, self.validation_steps)
+                    epoch_logs.update({f"val_{k}": v for k, v in val_logs.items()})
+                if status != "exhausted":
+                    self.t.epoch.assign(epoch + 1)
+                    self.t.epoch_step.assign(0)
+                    if self.checkpoint_every == "epoch":
+                        self._save()
+                self.callbacks.on_epoch_end(epoch, epoch_logs)
+                if status == "exhausted":
+                    self._warn_exhausted()
+                    break
+                if self.t.model.stop_training:
+                    break
+            self._save()
+        self.callbacks.on_train_end(epoch_logs)
+        return self.t.model.history
+
+    def _loop_size(self, done: int) -> int:
+        want = self.t.steps_per_loop
+        if self.steps_per_epoch is not None:
+            want = min(want, self.steps_per_epoch - done)
+        if isinstance(self.checkpoint_every, int) and self.ckpt is not None:
+            step = int(self.t.step.numpy())
+            want = min(want, self.checkpoint_every - step % self.checkpoint_every)
+        return want
+
+    def _train_epoch(self, iterator, done: int) -> str:
+        """Runs one epoch of loops; returns "done", "exhausted" or "preempted"."""
+        t = self.t
+        while self.steps_per_epoch is None or done < self.steps_per_epoch:
+            want = self._loop_size(done)
+            self.callbacks.on_train_batch_begin(done)
+            t.loop_loss.reset_state()
+            count_before = float(t.loss_tracker.count.numpy())
+            start = time.perf_counter()
+            ran = t.run_loop(t.loops.train_loop, iterator, want)
+            elapsed = time.perf_counter() - start
+            if ran == 0:
+                return "exhausted" if self.steps_per_epoch is not None else "done"
+            done += ran
+            t.epoch_step.assign(done)
+            examples = float(t.loss_tracker.count.numpy()) - count_before
+            self._check_divergence(float(t.loop_loss.result()))
+            logs = t.logs()
+            logs["steps"] = ran
+            logs["examples_per_second"] = examples / elapsed if elapsed > 0 else 0.0
+            self.callbacks.on_train_batch_end(done - 1, logs)
+            step = int(t.step.numpy())
+            if (
+                isinstance(self.checkpoint_every, int)
+                and step % self.checkpoint_every == 0
+                and self.bad_loops == 0
+            ):
+                self._save()
+            if self.watcher.should_stop():
+                return "preempted"
+            if ran < want:
+                return "exhausted" if self.steps_per_epoch is not None else "done"
+            if t.model.stop_training:
+                break
+        return "done"
+
+    def _check_divergence(self, loop_loss: float) -> None:
+        if math.isfinite(loop_loss):
+            self.bad_loops = 0
+            return
+        self.bad_loops += 1
+        if self.bad_loops >= self.divergence_loops:
+            step = int(self.t.step.numpy())
+            if self.restore_on_divergence and self.ckpt is not None and self.ckpt.latest:
+                self.ckpt.restore()
+            raise TrainingDivergedError(step, self.bad_loops, loop_loss)
+
+    def _stop_for_preemption(self, epoch_logs):
+        self._save()
+        self.t.preempted = True
+        self.callbacks.on_train_end(epoch_logs)
+        if self.exit_on_preemption:
+            raise SystemExit(0)
+        return self.t.model.history
+
+    def _warn_exhausted(self):
+        warnings.warn(
+            f"The training data ran out after {int(self.t.step.numpy())} steps, before "
+            f"{self.epochs} epochs of {self.steps_per_epoch} steps; add .repeat() to the "
+            "dataset or lower steps_per_epoch.",
+            stacklevel=4,
+        )
