@@ -391,6 +391,37 @@ def test_host_gap_tells_slow_host_input_from_fast():
     assert fast.fractions[0] < 0.5 < slow.fractions[0]
 
 
+@pytest.mark.parametrize(
+    "params, logs, examples, source",
+    [
+        ({"batch_size": 6}, {}, 6 * 5, "params"),
+        ({}, {"size": 3}, 3 * 5, "logs['size']"),
+        ({}, {}, None, None),
+    ],
+)
+def test_throughput_infers_the_batch_size_outside_fit(params, logs, examples, source):
+    model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(1)])  # no loss tracker
+    throughput = cb.Throughput(warmup_steps=0, verbose=0)
+    throughput.set_model(model)
+    throughput.set_params(params)
+    throughput.on_train_begin()
+    throughput.on_epoch_begin(0)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for batch in (1, 4):  # two calls: 2 then 3 steps, told by the batch index
+            throughput.on_train_batch_begin(batch)
+            throughput.on_train_batch_end(batch, dict(logs))
+    epoch_logs = {}
+    throughput.on_epoch_end(0, epoch_logs)
+    throughput.on_train_end()
+    assert throughput.summary["total_steps"] == 5
+    assert throughput.summary["total_examples"] == examples
+    assert throughput.summary["batch_size_source"] == source
+    assert ("examples_per_sec" in epoch_logs) == (examples is not None)
+    assert epoch_logs["steps_per_sec"] > 0
+    assert sum("batch_size=" in str(w.message) for w in caught) == (examples is None)
+
+
 # ---------------------------------------------------------------- bad input
 
 
