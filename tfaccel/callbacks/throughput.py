@@ -78,6 +78,7 @@ class Throughput(keras.callbacks.Callback):
         self._clock.start_epoch()
         self._recent = collections.deque()
         self._last_time = None
+        self._counted = None
 
     def on_train_batch_begin(self, batch, logs=None):
         if self._last_time is None:
