@@ -7,15 +7,18 @@ import os as _os
 
 _os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-from tfaccel import devices, precision  # noqa: E402
+from tfaccel import callbacks, devices, precision  # noqa: E402
 from tfaccel.devices import DeviceConfigError  # noqa: E402
-from tfaccel.train import Trainer  # noqa: E402
+from tfaccel.train import CheckpointMismatchError, Trainer, TrainingDivergedError  # noqa: E402
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "CheckpointMismatchError",
     "DeviceConfigError",
     "Trainer",
+    "TrainingDivergedError",
+    "callbacks",
     "devices",
     "precision",
 ]

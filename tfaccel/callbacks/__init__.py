@@ -1,0 +1,52 @@
+"""Drop-in Keras callbacks that show where training time and memory go.
+
+Every callback here uses only the Keras callback API (`set_model`, `set_params`
+and the `on_*` hooks with `logs` dicts), so the same object works in
+`model.fit` and in any custom trainer that calls the standard hooks.
+
+Step counting: Keras 3 calls `on_train_batch_end` once per execution with the
+index of the *last* step in it (`steps_per_execution > 1`), so the callbacks
+derive the steps since the previous call from the batch index. A custom trainer
+that runs several steps per call may instead pass them explicitly as
+`logs["steps"]` (or `logs["num_steps"]`); that wins over the index.
+
+Ordering: epoch-level values are added to the `logs` of `on_epoch_end`. Keras
+passes one dict through the callbacks in list order, so these callbacks must come
+*before* `keras.callbacks.TensorBoard` / `CSVLogger` in the list (History and the
+progress bar are appended last by Keras). `ordered(callbacks)` moves them first.
+
+Example:
+    >>> from tfaccel import callbacks as cb
+    >>> model.fit(ds, epochs=3, callbacks=cb.ordered(           # doctest: +SKIP
+    ...     [keras.callbacks.TensorBoard("runs/x"), cb.Throughput(), cb.DeviceMemory()]))
+"""
+
+from __future__ import annotations
+
+from tfaccel.callbacks.host_gap import HostGap
+from tfaccel.callbacks.lr_scaling import LinearScalingWarmup
+from tfaccel.callbacks.memory import DeviceMemory
+from tfaccel.callbacks.profiling import ProfileSteps
+from tfaccel.callbacks.throughput import Throughput
+
+__all__ = [
+    "DeviceMemory",
+    "HostGap",
+    "LinearScalingWarmup",
+    "ProfileSteps",
+    "Throughput",
+    "ordered",
+]
+
+_PRODUCERS = (Throughput, DeviceMemory, ProfileSteps, LinearScalingWarmup, HostGap)
+
+
+def ordered(callbacks) -> list:
+    """Returns `callbacks` with tfaccel's callbacks moved first (stable order otherwise).
+
+    Their epoch values then reach `TensorBoard`, `CSVLogger` and any other callback
+    that reads the logs.
+    """
+    callbacks = list(callbacks or [])
+    ours = [c for c in callbacks if isinstance(c, _PRODUCERS)]
+    return ours + [c for c in callbacks if not isinstance(c, _PRODUCERS)]

@@ -1,0 +1,68 @@
+"""Step counting and small helpers shared by the callbacks."""
+
+from __future__ import annotations
+
+import keras
+import numpy as np
+
+MB = 1024.0 * 1024.0
+
+
+def positive_int(name: str, value, allow_none: bool = False) -> int | None:
+    if value is None and allow_none:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
+        raise ValueError(f"{name} must be a positive integer, got {value!r}.")
+    return int(value)
+
+
+def params_get(callback: keras.callbacks.Callback, key: str):
+    return (callback.params or {}).get(key)
+
+
+def to_float(value) -> float:
+    return float(value.numpy() if hasattr(value, "numpy") else value)
+
+
+def wait_for(logs: dict | None) -> None:
+    """Blocks until a tensor in `logs` is computed (model.fit already passes floats)."""
+    for value in (logs or {}).values():
+        if hasattr(value, "numpy"):
+            value.numpy()
+            return
+
+
+class StepClock:
+    """Counts training steps across `on_train_batch_end` calls."""
+
+    def __init__(self):
+        self.steps = 0
+        self._last_batch = -1
+
+    def start_epoch(self) -> None:
+        self._last_batch = -1
+
+    def advance(self, batch: int, logs: dict | None, params: dict | None) -> int:
+        """Returns the steps run since the previous call and adds them to `steps`."""
+        explicit = None
+        for key in ("steps", "num_steps"):
+            if logs and logs.get(key) is not None:
+                explicit = logs[key]
+                break
+        if explicit is not None:
+            if isinstance(explicit, bool) or float(explicit) != int(explicit) or explicit < 1:
+                raise ValueError(
+                    f"logs['steps'] must be a positive integer (the steps run since the "
+                    f"previous on_train_batch_end), got {explicit!r}."
+                )
+            count = int(explicit)
+            self._last_batch = int(batch)
+        else:
+            last = int(batch)
+            per_epoch = (params or {}).get("steps")
+            if per_epoch:
+                last = min(last, int(per_epoch) - 1)  # a final partial execution
+            count = max(last - self._last_batch, 1)
+            self._last_batch = last
+        self.steps += count
+        return count

@@ -1,0 +1,85 @@
+"""ProfileSteps: one TensorBoard profiler trace over a window of steps."""
+
+from __future__ import annotations
+
+import glob
+import os
+import warnings
+
+import keras
+import tensorflow as tf
+
+from tfaccel.callbacks._steps import StepClock, wait_for
+
+
+class ProfileSteps(keras.callbacks.Callback):
+    """Records one TensorBoard profiler trace over a window of training steps.
+
+    Steps count from 0 over the whole training run. The profiler starts at the
+    first batch call that begins at or after `start_step` and stops at the first
+    call that ends at or after `stop_step`; with `steps_per_execution > 1` the
+    window snaps to execution boundaries. The trace lands in
+    `logdir/plugins/profile/<run>/` (open with TensorBoard's Profile tab); its
+    path is kept in `trace_dir`.
+
+    Args:
+        logdir: directory for the trace (the TensorBoard log directory).
+        start_step: first step to record (>= 0).
+        stop_step: step at which recording stops (> start_step).
+
+    Raises:
+        ValueError: empty `logdir`, negative `start_step`, `stop_step <= start_step`.
+    """
+
+    def __init__(self, logdir, start_step: int, stop_step: int):
+        super().__init__()
+        if not logdir or not isinstance(logdir, (str, os.PathLike)):
+            raise ValueError(f"logdir must be a non-empty path, got {logdir!r}.")
+        if isinstance(start_step, bool) or not isinstance(start_step, int) or start_step < 0:
+            raise ValueError(f"start_step must be an integer >= 0, got {start_step!r}.")
+        if isinstance(stop_step, bool) or not isinstance(stop_step, int):
+            raise ValueError(f"stop_step must be an integer, got {stop_step!r}.")
+        if stop_step <= start_step:
+            raise ValueError(
+                f"stop_step ({stop_step}) must be greater than start_step ({start_step}): "
+                "the window [start_step, stop_step) would be empty."
+            )
+        self.logdir = os.fspath(logdir)
+        self.start_step = start_step
+        self.stop_step = stop_step
+        self.trace_dir = None
+        self._clock = StepClock()
+        self._state = "waiting"  # -> "recording" -> "done"
+
+    def on_epoch_begin(self, epoch, logs=None):
+        self._clock.start_epoch()
+
+    def on_train_batch_begin(self, batch, logs=None):
+        if self._state == "waiting" and self._clock.steps >= self.start_step:
+            try:
+                tf.profiler.experimental.start(self.logdir)
+            except (tf.errors.AlreadyExistsError, tf.errors.UnavailableError) as error:
+                self._state = "done"
+                warnings.warn(
+                    f"ProfileSteps could not start the profiler ({error}); another profiler "
+                    "is running (e.g. TensorBoard(profile_batch=...)). No trace recorded.",
+                    stacklevel=2,
+                )
+                return
+            self._state = "recording"
+
+    def on_train_batch_end(self, batch, logs=None):
+        self._clock.advance(batch, logs, self.params)
+        if self._state == "recording" and self._clock.steps >= self.stop_step:
+            wait_for(logs)
+            self._stop()
+
+    def on_train_end(self, logs=None):
+        if self._state == "recording":
+            self._stop()
+
+    def _stop(self) -> None:
+        tf.profiler.experimental.stop()
+        self._state = "done"
+        runs = glob.glob(os.path.join(self.logdir, "plugins", "profile", "*"))
+        self.trace_dir = max(runs, key=os.path.getmtime) if runs else None

@@ -1,0 +1,184 @@
+"""Throughput: examples/s and steps/s over a moving window, after a warm-up."""
+
+from __future__ import annotations
+
+import collections
+import time
+import warnings
+
+import keras
+import numpy as np
+
+from tfaccel.callbacks._steps import StepClock, params_get, positive_int, to_float, wait_for
+
+
+def _loss_count(model) -> float | None:
+    """Examples the model's loss tracker (a `Mean` named "loss") has counted, if any."""
+    for metric in getattr(model, "metrics", None) or []:
+        if metric.name == "loss" and isinstance(metric, keras.metrics.Mean):
+            return to_float(metric.count)
+    return None
+
+
+def _static_batch_size(model) -> int | None:
+    try:
+        inputs = model.inputs
+    except (AttributeError, ValueError):
+        return None
+    if inputs and inputs[0].shape and inputs[0].shape[0]:
+        return int(inputs[0].shape[0])
+    return None
+
+
+class Throughput(keras.callbacks.Callback):
+    """Examples/s and steps/s over a moving window of steps, after a warm-up.
+
+    Adds `examples_per_sec` and `steps_per_sec` (the last `window` steps of the
+    epoch; NaN while still warming up) to the `on_epoch_end` logs, and at the end
+    of training stores and prints a summary: median, p10 and p90 of the per-call
+    rates after warm-up. Time is measured between consecutive batch ends, so it
+    includes input wait and Python; calls that start inside the first
+    `warmup_steps` steps (tracing, autotuning) are left out.
+
+    Examples per call, in order of preference: `batch_size` × steps; the
+    `batch_size` in `params` (custom trainers) × steps; the examples counted by
+    the model's loss tracker (exact in `model.fit`, partial batches included);
+    the model's static input batch dimension × steps; `logs["size"]` × steps.
+
+    Args:
+        batch_size: global examples per step, or None to infer it.
+        warmup_steps: steps to leave out at the start of training.
+        window: steps in the moving window behind the epoch value.
+        verbose: print the summary at the end of training.
+
+    Raises:
+        ValueError: non-positive `batch_size` or `window`, negative `warmup_steps`.
+    """
+
+    def __init__(self, batch_size=None, warmup_steps: int = 5, window: int = 50, verbose=1):
+        super().__init__()
+        self.batch_size = positive_int("batch_size", batch_size, allow_none=True)
+        if isinstance(warmup_steps, bool) or not isinstance(warmup_steps, int) or warmup_steps < 0:
+            raise ValueError(f"warmup_steps must be an integer >= 0, got {warmup_steps!r}.")
+        self.warmup_steps = warmup_steps
+        self.window = positive_int("window", window)
+        self.verbose = verbose
+        self.summary: dict = {}
+
+    def on_train_begin(self, logs=None):
+        self._clock = StepClock()
+        self._rates: list[tuple[float, float | None]] = []
+        self._examples_total = 0.0
+        self._examples_known = True
+        self._measured = [0, 0.0, 0.0]  # steps, examples, seconds after warm-up
+        self._source = None
+        self.on_epoch_begin(None)  # trainers that never call on_epoch_begin
+
+    def on_epoch_begin(self, epoch, logs=None):
+        self._clock.start_epoch()
+        self._recent = collections.deque()
+        self._last_time = None
+        self._counted = None
+
+    def on_train_batch_begin(self, batch, logs=None):
+        if self._last_time is None:
+            self._counted = _loss_count(self.model) if self.model is not None else None
+            self._last_time = time.perf_counter()
+
+    def on_train_batch_end(self, batch, logs=None):
+        wait_for(logs)
+        now = time.perf_counter()
+        before = self._clock.steps
+        steps = self._clock.advance(batch, logs, self.params)
+        examples = self._examples(steps, logs)
+        seconds = now - self._last_time if self._last_time is not None else 0.0
+        self._last_time = now
+        if examples is None:
+            self._examples_known = False
+        else:
+            self._examples_total += examples
+        if before < self.warmup_steps or seconds <= 0:
+            return
+        self._recent.append((steps, examples, seconds))
+        while sum(s for s, _, _ in self._recent) - self._recent[0][0] >= self.window:
+            self._recent.popleft()
+        self._rates.append((steps / seconds, None if examples is None else examples / seconds))
+        self._measured[0] += steps
+        self._measured[1] += examples or 0.0
+        self._measured[2] += seconds
+
+    def _examples(self, steps: int, logs: dict | None) -> float | None:
+        if self.batch_size is not None:
+            self._source = "argument"
+            return float(self.batch_size * steps)
+        params_batch = params_get(self, "batch_size")
+        if params_batch:
+            self._source = "params"
+            return float(params_batch * steps)
+        counted = _loss_count(self.model) if self.model is not None else None
+        if counted is not None and self._counted is not None:
+            delta = counted - self._counted if counted >= self._counted else counted
+            self._counted = counted
+            if delta > 0:
+                self._source = "loss tracker"
+                return delta
+        static = _static_batch_size(self.model) if self.model is not None else None
+        if static:
+            self._source = "model input shape"
+            return float(static * steps)
+        if logs and logs.get("size"):
+            self._source = "logs['size']"
+            return float(logs["size"]) * steps
+        if self._examples_known:
+            warnings.warn(
+                "Throughput cannot tell the batch size (not given, not in params, no loss "
+                "tracker counts, no static input shape, no logs['size']); it reports "
+                "steps_per_sec only. Pass Throughput(batch_size=...).",
+                stacklevel=3,
+            )
+        return None
+
+    def on_epoch_end(self, epoch, logs=None):
+        if logs is None:
+            return
+        steps = sum(s for s, _, _ in self._recent)
+        seconds = sum(t for _, _, t in self._recent)
+        logs["steps_per_sec"] = steps / seconds if seconds else float("nan")
+        if self._examples_known:
+            examples = sum(e for _, e, _ in self._recent)
+            logs["examples_per_sec"] = examples / seconds if seconds else float("nan")
+
+    def on_train_end(self, logs=None):
+        steps, examples, seconds = self._measured
+        self.summary = {
+            "total_steps": self._clock.steps,
+            "total_examples": self._examples_total if self._examples_known else None,
+            "batch_size_source": self._source,
+            "measured_steps": steps,
+            "measured_seconds": seconds,
+            "steps_per_sec": _stats([r for r, _ in self._rates], steps, seconds),
+        }
+        if self._examples_known:
+            per_call = [e for _, e in self._rates]
+            self.summary["examples_per_sec"] = _stats(per_call, examples, seconds)
+        if self.verbose and self._rates:
+            key = "examples_per_sec" if self._examples_known else "steps_per_sec"
+            unit = key.replace("_per_sec", "/s")
+            s = self.summary[key]
+            print(
+                f"Throughput: {s['median']:.1f} {unit} median (p10 {s['p10']:.1f}, "
+                f"p90 {s['p90']:.1f}) over {steps} steps after {self.warmup_steps} warm-up"
+            )
+
+
+def _stats(rates: list[float], amount: float, seconds: float) -> dict:
+    if not rates:
+        nan = float("nan")
+        return {"median": nan, "p10": nan, "p90": nan, "overall": nan}
+    p10, median, p90 = np.percentile(rates, [10, 50, 90])
+    return {
+        "median": float(median),
+        "p10": float(p10),
+        "p90": float(p90),
+        "overall": amount / seconds if seconds else float("nan"),
+    }
