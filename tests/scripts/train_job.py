@@ -1,0 +1,115 @@
+"""A small deterministic training job for the fault-tolerance tests.
+
+Counts every example it trains on (ids and count live in the model, so they are
+checkpointed with it). Can kill or SIGTERM itself at a chosen step, once.
+"""
+
+import argparse
+import os
+import pathlib
+import signal
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+import tfaccel
+
+EXAMPLES, FEATURES = 96, 6
+
+
+@keras.saving.register_keras_serializable(package="tfaccel_tests")
+class Counter(keras.layers.Layer):
+    """Records how many examples (and the sum of their ids) passed in training."""
+
+    def build(self, input_shape):
+        self.seen = self.add_weight(shape=(), initializer="zeros", trainable=False, name="seen")
+        self.id_sum = self.add_weight(shape=(), initializer="zeros", trainable=False, name="ids")
+
+    def call(self, x, training=None):
+        if training:
+            self.seen.assign_add(tf.cast(tf.shape(x)[0], "float32"))
+            self.id_sum.assign_add(tf.reduce_sum(x[:, 0]))
+        return x[:, 1:]
+
+
+def build():
+    keras.utils.set_random_seed(0)
+    inputs = keras.Input((FEATURES + 1,))
+    hidden = keras.layers.Dense(16, activation="relu")(Counter(name="counter")(inputs))
+    return keras.Model(inputs, keras.layers.Dense(3, activation="softmax")(hidden))
+
+
+def dataset(nan_from=None):
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(EXAMPLES, FEATURES)).astype("float32")
+    if nan_from is not None:
+        x[nan_from:] = np.nan
+    ids = np.arange(EXAMPLES, dtype="float32")[:, None]
+    y = rng.integers(0, 3, EXAMPLES).astype("int32")
+    ds = tf.data.Dataset.from_tensor_slices((np.concatenate([ids, x], axis=1), y))
+    return ds.shuffle(EXAMPLES, seed=1).batch(8)  # 12 steps per epoch, new order each epoch
+
+
+class SelfSignal(keras.callbacks.Callback):
+    """Sends a signal to this process when training reaches `step`, once (a marker file)."""
+
+    def __init__(self, step, sig, marker):
+        super().__init__()
+        self.step, self.sig, self.marker = step, sig, pathlib.Path(marker)
+        self.seen = 0
+
+    def on_train_batch_end(self, batch, logs=None):
+        self.seen = batch + 1
+        trainer_step = int(self.model.optimizer.iterations.numpy())
+        if trainer_step >= self.step and not self.marker.exists():
+            self.marker.write_text(str(trainer_step))
+            os.kill(os.getpid(), self.sig)
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--ckpt", required=True)
+    parser.add_argument("--out", required=True)
+    parser.add_argument("--epochs", type=int, default=3)
+    parser.add_argument("--kill-at", type=int)
+    parser.add_argument("--term-at", type=int)
+    parser.add_argument("--workers", action="store_true", help="MultiWorkerMirrored from TF_CONFIG")
+    args = parser.parse_args()
+
+    tf.config.experimental.enable_op_determinism()
+    strategy = tfaccel.devices.strategy("auto")
+    callbacks = []
+    if args.kill_at:
+        callbacks.append(SelfSignal(args.kill_at, signal.SIGKILL, args.out + ".killed"))
+    if args.term_at:
+        callbacks.append(SelfSignal(args.term_at, signal.SIGTERM, args.out + ".termed"))
+    trainer = tfaccel.Trainer(
+        build,
+        optimizer=lambda: keras.optimizers.SGD(0.05, momentum=0.9),
+        loss="sparse_categorical_crossentropy",
+        strategy=strategy,
+        steps_per_loop=2,
+    )
+    history = trainer.fit(
+        dataset(),
+        epochs=args.epochs,
+        checkpoint_dir=args.ckpt,
+        checkpoint_every=4,
+        callbacks=callbacks,
+        verbose=0,
+    )
+    counter = trainer.model.get_layer("counter")
+    np.savez(
+        args.out,
+        *trainer.model.get_weights(),
+        seen=counter.seen.numpy(),
+        id_sum=counter.id_sum.numpy(),
+        step=int(trainer.step.numpy()),
+        first_loss=history.history["loss"][0] if history.history.get("loss") else np.nan,
+        last_loss=history.history["loss"][-1] if history.history.get("loss") else np.nan,
+    )
+
+
+if __name__ == "__main__":
+    main()

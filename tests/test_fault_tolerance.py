@@ -1,0 +1,154 @@
+"""Checkpoint/resume, preemption and divergence (training jobs run as subprocesses)."""
+
+import pathlib
+import signal
+import subprocess
+import sys
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import tfaccel
+from tfaccel.train.checkpoint import CheckpointState
+
+JOB = pathlib.Path(__file__).parent / "scripts" / "train_job.py"
+EPOCHS, STEPS_PER_EPOCH, EXAMPLES = 3, 12, 96
+
+
+def run_job(tmp, name, *extra, expect=0):
+    cmd = [sys.executable, str(JOB), "--ckpt", str(tmp / name), "--out", str(tmp / f"{name}.npz")]
+    result = subprocess.run(cmd + list(extra), capture_output=True, text=True, timeout=240)
+    assert result.returncode == expect, result.stderr[-3000:]
+    return result
+
+
+def load(tmp, name):
+    return dict(np.load(tmp / f"{name}.npz"))
+
+
+def weights(result):
+    return [result[k] for k in sorted(k for k in result if k.startswith("arr_"))]
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("full")
+    run_job(tmp, "full")
+    return load(tmp, "full")
+
+
+def assert_same_training(result, reference):
+    for got, want in zip(weights(result), weights(reference), strict=True):
+        np.testing.assert_allclose(got, want, atol=1e-6)
+    # Every example seen exactly once per epoch: no batch repeated or skipped.
+    assert result["seen"] == EPOCHS * EXAMPLES
+    assert result["id_sum"] == EPOCHS * EXAMPLES * (EXAMPLES - 1) / 2
+    assert result["step"] == EPOCHS * STEPS_PER_EPOCH
+
+
+def test_uninterrupted_run_learns(uninterrupted):
+    assert uninterrupted["seen"] == EPOCHS * EXAMPLES
+    assert uninterrupted["last_loss"] < uninterrupted["first_loss"]
+
+
+def test_kill_9_mid_epoch_then_rerun_resumes_exactly(tmp_path, uninterrupted):
+    killed = run_job(tmp_path, "job", "--kill-at", "18", expect=-signal.SIGKILL)
+    assert killed.returncode == -signal.SIGKILL
+    assert tf.train.latest_checkpoint(str(tmp_path / "job")).endswith("ckpt-16")
+    run_job(tmp_path, "job", "--kill-at", "18")  # the same command again
+    assert_same_training(load(tmp_path, "job"), uninterrupted)
+
+
+def test_sigterm_saves_at_last_step_and_exits_cleanly(tmp_path, uninterrupted):
+    run_job(tmp_path, "job", "--term-at", "10")  # exit status 0
+    assert not (tmp_path / "job.npz").exists(), "fit must exit, not return, on preemption"
+    assert tf.train.latest_checkpoint(str(tmp_path / "job")).endswith("ckpt-10")
+    run_job(tmp_path, "job", "--term-at", "10")
+    assert_same_training(load(tmp_path, "job"), uninterrupted)
+
+
+# In-process checks.
+
+X = np.random.default_rng(0).normal(size=(64, 4)).astype("float32")
+Y = (X[:, 0] > 0).astype("int32")
+
+
+def make_trainer(units=8, **kwargs):
+    def build():
+        keras.utils.set_random_seed(0)
+        return keras.Sequential(
+            [keras.Input((4,)), keras.layers.Dense(units), keras.layers.Dense(2)]
+        )
+
+    return tfaccel.Trainer(
+        build,
+        optimizer=lambda: keras.optimizers.SGD(0.1),
+        loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+        strategy=tf.distribute.get_strategy(),
+        steps_per_loop=1,
+        **kwargs,
+    )
+
+
+def data(x=X):
+    return tf.data.Dataset.from_tensor_slices((x, Y)).batch(8)
+
+
+def test_divergence_stops_and_keeps_last_good_checkpoint(tmp_path):
+    x = X.copy()
+    x[40:] = np.nan  # steps 6, 7, 8 (of 8 per epoch) see NaN
+    trainer = make_trainer()
+    with pytest.raises(tfaccel.TrainingDivergedError, match="3 consecutive step loops.*step 8"):
+        trainer.fit(
+            data(x),
+            epochs=2,
+            verbose=0,
+            checkpoint_dir=tmp_path,
+            checkpoint_every=1,
+            divergence_loops=3,
+            restore_on_divergence=True,
+        )
+    assert tf.train.latest_checkpoint(str(tmp_path)).endswith("ckpt-5")
+    assert int(trainer.step.numpy()) == 5  # restored
+    assert all(np.isfinite(w).all() for w in trainer.model.get_weights())
+
+
+def test_checkpoint_of_another_model_is_refused(tmp_path):
+    make_trainer(units=8).fit(data(), verbose=0, checkpoint_dir=tmp_path)
+    with pytest.raises(tfaccel.CheckpointMismatchError, match="does not match this model"):
+        make_trainer(units=5).fit(data(), verbose=0, checkpoint_dir=tmp_path)
+
+
+@pytest.mark.parametrize("every", [0, -3, "step", 1.5])
+def test_bad_checkpoint_every(tmp_path, every):
+    with pytest.raises(ValueError, match="checkpoint_every"):
+        make_trainer().fit(data(), verbose=0, checkpoint_dir=tmp_path, checkpoint_every=every)
+
+
+def test_crash_during_save_leaves_previous_checkpoint(tmp_path):
+    trainer = make_trainer()
+    trainer.fit(data(), verbose=0, checkpoint_dir=tmp_path)  # ckpt-8
+    state = CheckpointState(tmp_path, trainer.strategy, **trainer.checkpoint_objects())
+
+    def crash(prefix, *args, **kwargs):
+        pathlib.Path(f"{prefix}.index").write_bytes(b"half a checkpoint")
+        raise OSError("disk vanished")
+
+    state.checkpoint._write = crash
+    with pytest.raises(OSError):
+        state.save(99)
+    assert tf.train.latest_checkpoint(str(tmp_path)).endswith("ckpt-8")
+    fresh = make_trainer()
+    history = fresh.fit(data(), epochs=2, verbose=0, checkpoint_dir=tmp_path)
+    assert int(fresh.step.numpy()) == 16
+    assert len(history.history["loss"]) == 1  # resumed after epoch 1
+
+
+def test_finished_run_started_again_does_nothing(tmp_path):
+    make_trainer().fit(data(), epochs=2, verbose=0, checkpoint_dir=tmp_path)
+    again = make_trainer()
+    history = again.fit(data(), epochs=2, verbose=0, checkpoint_dir=tmp_path)
+    assert int(again.step.numpy()) == 16
+    assert history.history == {}
