@@ -45,6 +45,24 @@ def format_report(report: dict) -> str:
     return "\n".join(lines)
 
 
+def _launch(args: argparse.Namespace) -> int:
+    from tfaccel.launch import launch
+
+    command = args.command_args[1:] if args.command_args[:1] == ["--"] else args.command_args
+    if args.workers < 1:
+        print(f"tfaccel launch: --workers must be >= 1, got {args.workers}", file=sys.stderr)
+        return 2
+    if not command:
+        print(
+            "tfaccel launch: no command; usage: tfaccel launch --workers N -- python train.py",
+            file=sys.stderr,
+        )
+        return 2
+    return launch(
+        command, args.workers, cpus_per_worker=args.cpus_per_worker, timeout_s=args.timeout
+    )
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="tfaccel", description="Fast Keras training on GPUs and clusters."
@@ -53,6 +71,17 @@ def build_parser() -> argparse.ArgumentParser:
     devices = commands.add_parser("devices", help="report devices, versions, and why no GPU")
     devices.add_argument("--json", action="store_true", help="print JSON instead of a table")
     devices.set_defaults(handler=_devices)
+    launch = commands.add_parser(
+        "launch",
+        help="run a multi-worker job as N local processes",
+        description="Runs COMMAND as N local workers, each with its TF_CONFIG (worker 0 is "
+        "the chief). Exits non-zero as soon as one worker fails.",
+    )
+    launch.add_argument("--workers", type=int, required=True, help="number of workers (>= 1)")
+    launch.add_argument("--cpus-per-worker", type=int, help="pin each worker to K cores")
+    launch.add_argument("--timeout", type=float, help="stop everything after S seconds")
+    launch.add_argument("command_args", nargs=argparse.REMAINDER, metavar="-- COMMAND ...")
+    launch.set_defaults(handler=_launch)
     return parser
 
 

@@ -23,8 +23,13 @@ class Counter(keras.layers.Layer):
     """Records how many examples (and the sum of their ids) passed in training."""
 
     def build(self, input_shape):
-        self.seen = self.add_weight(shape=(), initializer="zeros", trainable=False, name="seen")
-        self.id_sum = self.add_weight(shape=(), initializer="zeros", trainable=False, name="ids")
+        # "sum": in replica context the replicas' updates add up (global counts).
+        self.seen = self.add_weight(
+            shape=(), initializer="zeros", trainable=False, name="seen", aggregation="sum"
+        )
+        self.id_sum = self.add_weight(
+            shape=(), initializer="zeros", trainable=False, name="ids", aggregation="sum"
+        )
 
     def call(self, x, training=None):
         if training:
@@ -74,7 +79,6 @@ def main():
     parser.add_argument("--epochs", type=int, default=3)
     parser.add_argument("--kill-at", type=int)
     parser.add_argument("--term-at", type=int)
-    parser.add_argument("--workers", action="store_true", help="MultiWorkerMirrored from TF_CONFIG")
     args = parser.parse_args()
 
     tf.config.experimental.enable_op_determinism()
@@ -100,8 +104,10 @@ def main():
         verbose=0,
     )
     counter = trainer.model.get_layer("counter")
+    config = tfaccel.devices.read_tf_config()
+    out = args.out if config is None else f"{args.out}.worker{config['task']['index']}.npz"
     np.savez(
-        args.out,
+        out,
         *trainer.model.get_weights(),
         seen=counter.seen.numpy(),
         id_sum=counter.id_sum.numpy(),

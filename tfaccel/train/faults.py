@@ -42,7 +42,7 @@ class PreemptionWatcher:
         self._previous = {}
         self._multi_worker = getattr(strategy.extended, "_num_workers", 1) > 1
         if self._multi_worker:
-            self._agree = tf.function(self._all_reduce_max)
+            self._agree = tf.function(self._all_reduce_sum)
 
     def _handler(self, signum, frame):
         self.signal_received = signum
@@ -58,13 +58,13 @@ class PreemptionWatcher:
             signal.signal(sig, handler)
         self._previous.clear()
 
-    def _all_reduce_max(self, flag):
+    def _all_reduce_sum(self, flag):
         value = self.strategy.run(lambda: tf.identity(flag))
-        return self.strategy.reduce("MAX", value, axis=None)
+        return self.strategy.reduce("SUM", value, axis=None)
 
     def should_stop(self) -> bool:
         """True when any worker received a signal (a collective in multi-worker jobs)."""
         local = 1 if self.signal_received is not None else 0
         if not self._multi_worker:
             return bool(local)
-        return bool(self._agree(tf.constant(local, tf.int32)).numpy())
+        return bool(self._agree(tf.constant(local, tf.int32)).numpy() > 0)
