@@ -125,7 +125,7 @@ def _train_step(layer, x):
     with tf.GradientTape() as tape:
         tape.watch(x)
         y = layer(x, training=True)
-        loss = tf.reduce_sum(tf.square(y) * tf.range(1.0, y.shape[-1] + 1.0))
+        loss = tf.reduce_sum(tf.square(tf.cast(y, "float32")) * tf.range(1.0, y.shape[-1] + 1.0))
     grads = tape.gradient(loss, [x] + layer.trainable_variables)
     return y, grads
 
@@ -249,3 +249,19 @@ def test_identity_shortcut_impossible_when_shape_changes():
         ResidualBlock(8, strides=2, projection=False).build((None, 8, 8, 8))
     with pytest.raises(ValueError, match="projection=False cannot add an identity"):
         BottleneckBlock(8, projection=False).build((None, 8, 8, 8))
+
+
+@pytest.mark.parametrize("policy", ["mixed_float16", "mixed_bfloat16"])
+def test_remat_equals_plain_under_mixed_precision(policy):
+    x = data((4, 6, 6, 8))
+    plain, remat = (BottleneckBlock(4, remat=r, dtype=policy) for r in (False, True))
+    plain.build(x.shape)
+    remat.build(x.shape)
+    remat.set_weights(plain.get_weights())
+    assert remat.conv1.compute_dtype == remat.compute_dtype == policy.removeprefix("mixed_")
+    y_plain, g_plain = _train_step(plain, x)
+    y_remat, g_remat = _train_step(remat, x)
+    assert y_remat.dtype == y_plain.dtype == remat.compute_dtype
+    np.testing.assert_array_equal(y_remat, y_plain)
+    for a, b in zip(g_remat, g_plain, strict=True):
+        np.testing.assert_allclose(np.asarray(a, "float32"), np.asarray(b, "float32"), rtol=1e-2)
