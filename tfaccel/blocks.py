@@ -39,10 +39,7 @@ def _positive_int(value, name: str) -> int:
     except TypeError:
         number = None
     if number is None or isinstance(value, bool) or number <= 0:
-        raise ValueError(
-            f"{name} must be a positive integer (number of filters), got {value!r}. "
-            f"Pass e.g. {name}=64."
-        )
+        raise ValueError(f"{name} must be a positive integer, got {value!r}.")
     return number
 
 
@@ -357,7 +354,9 @@ class InceptionBlock(layers.Layer):
         self.path3_reduce.build(input_shape)
         self.path3 = self._conv(self.c3[1], 5, "path3_5x5")
         self.path3.build((batch, height, width, self.c3[0]))
-        self.path4_pool = layers.MaxPooling2D(3, strides=1, padding="same", name="path4_pool")
+        self.path4_pool = layers.MaxPooling2D(
+            3, strides=1, padding="same", name="path4_pool", dtype=self.dtype_policy
+        )
         self.path4 = self._conv(self.c4, 1, "path4_1x1")
         self.path4.build(input_shape)
 
