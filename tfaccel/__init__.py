@@ -7,18 +7,24 @@ import os as _os
 
 _os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
-from tfaccel import callbacks, devices, precision  # noqa: E402
+from tfaccel import blocks, callbacks, devices, models, precision  # noqa: E402
+from tfaccel.blocks import BottleneckBlock, InceptionBlock, ResidualBlock  # noqa: E402
 from tfaccel.devices import DeviceConfigError  # noqa: E402
 from tfaccel.train import CheckpointMismatchError, Trainer, TrainingDivergedError  # noqa: E402
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "BottleneckBlock",
     "CheckpointMismatchError",
     "DeviceConfigError",
+    "InceptionBlock",
+    "ResidualBlock",
     "Trainer",
     "TrainingDivergedError",
+    "blocks",
     "callbacks",
     "devices",
+    "models",
     "precision",
 ]
