@@ -23,12 +23,12 @@ class Counter(keras.layers.Layer):
     """Records how many examples (and the sum of their ids) passed in training."""
 
     def build(self, input_shape):
-        # "sum": in replica context the replicas' updates add up (global counts).
+        # "mean" across replicas: multiply by the replica count for global totals.
         self.seen = self.add_weight(
-            shape=(), initializer="zeros", trainable=False, name="seen", aggregation="sum"
+            shape=(), initializer="zeros", trainable=False, name="seen", aggregation="mean"
         )
         self.id_sum = self.add_weight(
-            shape=(), initializer="zeros", trainable=False, name="ids", aggregation="sum"
+            shape=(), initializer="zeros", trainable=False, name="ids", aggregation="mean"
         )
 
     def call(self, x, training=None):
@@ -109,8 +109,8 @@ def main():
     np.savez(
         out,
         *trainer.model.get_weights(),
-        seen=counter.seen.numpy(),
-        id_sum=counter.id_sum.numpy(),
+        seen=counter.seen.numpy() * strategy.num_replicas_in_sync,
+        id_sum=counter.id_sum.numpy() * strategy.num_replicas_in_sync,
         step=int(trainer.step.numpy()),
         first_loss=history.history["loss"][0] if history.history.get("loss") else np.nan,
         last_loss=history.history["loss"][-1] if history.history.get("loss") else np.nan,
