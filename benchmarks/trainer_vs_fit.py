@@ -81,7 +81,7 @@ def contenders(build, steps_per_execution=(1, 8, 32)):
             keras.optimizers.SGD(0.01),
             "sparse_categorical_crossentropy",
             steps_per_execution=spe,
-            jit_compile="auto",
+            jit_compile=bool(tf.config.list_logical_devices("GPU")) and "auto",
         )
         runs[f"fit_spe{spe}"] = lambda d, s, m=model: m.fit(
             d, epochs=1, steps_per_epoch=s, verbose=0
