@@ -184,10 +184,7 @@ def pipeline(
         repeat = bool(repeat)
     elif not isinstance(repeat, int) or repeat < 1:
         raise ValueError(f"repeat must be True/False or a positive int, got {repeat!r}.")
-    if training and shuffle_buffer is not None and shuffle_buffer != "auto":
-        sizing.shuffle_buffer_size(
-            shuffle_buffer, element_bytes=1, cardinality=None, budget_mb=1e12
-        )
+    sizing.check_request(shuffle_buffer)
     multi_worker = isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy)
     if drop_remainder is None:
         drop_remainder = bool(training and (replicas > 1 or jit_compile))

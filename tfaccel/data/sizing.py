@@ -62,6 +62,17 @@ def known_cardinality(dataset: tf.data.Dataset) -> int | None:
     return int(value)
 
 
+def check_request(requested) -> None:
+    """Raises ValueError unless `requested` is "auto", None or a positive int."""
+    if requested is None or requested == "auto":
+        return
+    if isinstance(requested, bool) or not isinstance(requested, int) or requested < 1:
+        raise ValueError(
+            f"shuffle_buffer must be 'auto', None (no shuffle) or a positive int, got "
+            f"{requested!r}."
+        )
+
+
 def shuffle_buffer_size(
     requested: int | str,
     *,
@@ -91,11 +102,7 @@ def shuffle_buffer_size(
             "" if cardinality is None else f", capped at {cardinality:,} elements"
         )
         return size, reason
-    if isinstance(requested, bool) or not isinstance(requested, int) or requested < 1:
-        raise ValueError(
-            f"shuffle_buffer must be 'auto', None (no shuffle) or a positive int, got "
-            f"{requested!r}."
-        )
+    check_request(requested)
     if requested > fits:
         need = requested * element_bytes / _MIB
         raise ValueError(

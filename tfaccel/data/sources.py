@@ -142,7 +142,7 @@ def from_tfds(
         shuffle_files = split.startswith("train")
     read_config = kwargs.pop("read_config", None) or tfds.ReadConfig()
     if input_context is not None:
-        read_config.input_context = input_context
+        read_config = dataclasses.replace(read_config, input_context=input_context)
     dataset = tfds.load(
         name,
         split=split,
