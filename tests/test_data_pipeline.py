@@ -276,6 +276,15 @@ def test_auto_shuffle_buffer_measures_strings():
     assert data.plan_of(ds).step("shuffle").settings["buffer"] == int(0.01 * 2**20) // 1008
 
 
+def test_measuring_an_element_does_not_touch_the_file_cache(tmp_path):
+    words = data.from_arrays(np.array(["abc"] * 10), np.zeros(10))
+    ds = data.pipeline(words, batch_size=5, training=True, cache=str(tmp_path / "c"))
+    assert data.plan_of(ds).step("shuffle").settings["buffer"] == 10
+    assert os.listdir(tmp_path) == []  # nothing written until the pipeline is iterated
+    assert sum(int(y.shape[0]) for _, y in ds) == 10
+    assert sorted(os.listdir(tmp_path)) == ["c.data-00000-of-00001", "c.index"]
+
+
 def test_explicit_shuffle_buffer_and_none():
     ds = data.pipeline(arrays(), batch_size=8, training=True, shuffle_buffer=16)
     assert data.plan_of(ds).step("shuffle").settings["buffer"] == 16

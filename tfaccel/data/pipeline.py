@@ -278,15 +278,13 @@ def _build(config: _Config, context: tf.distribute.InputContext | None):
 
     if config.augment is not None:
         dataset = _map(dataset, config.augment, config, "augment")
-        uncached = _map(uncached, config.augment, config, "augment")
         plan.add("augment", fn=_name(config.augment), parallel="AUTOTUNE", after="cache")
 
     if config.shuffle_buffer is not None:
-        element_bytes = (
-            sizing.static_element_bytes(dataset.element_spec)
-            or sizing.measured_element_bytes(uncached)
-            or sizing.UNKNOWN_ELEMENT_BYTES
-        )
+        element_bytes = sizing.static_element_bytes(dataset.element_spec)
+        if element_bytes is None:  # measure one element, without touching the cache
+            sample = uncached if config.augment is None else uncached.map(config.augment)
+            element_bytes = sizing.measured_element_bytes(sample) or sizing.UNKNOWN_ELEMENT_BYTES
         size, reason = sizing.shuffle_buffer_size(
             config.shuffle_buffer,
             element_bytes=element_bytes,
