@@ -288,7 +288,10 @@ def test_measuring_an_element_does_not_touch_the_file_cache(tmp_path):
 def test_explicit_shuffle_buffer_and_none():
     ds = data.pipeline(arrays(), batch_size=8, training=True, shuffle_buffer=16)
     assert data.plan_of(ds).step("shuffle").settings["buffer"] == 16
-    ds = data.pipeline(arrays(), batch_size=8, training=True, shuffle_buffer=None)
+    ds = data.pipeline(
+        arrays(), batch_size=8, training=True, shuffle_buffer=None, deterministic=True
+    )
+    assert "shuffle" not in data.plan_of(ds).names
     assert labels_of(ds) == list(range(N))
 
 
