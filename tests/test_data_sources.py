@@ -1,0 +1,201 @@
+import csv
+
+import numpy as np
+import pytest
+import tensorflow as tf
+import tensorflow_datasets as tfds
+from PIL import Image
+
+from tfaccel import data
+
+COLOURS = {"cat": (250, 10, 10), "dog": (10, 250, 10), "owl": (10, 10, 250)}
+
+
+def write_image(path, colour, size=(20, 24), fmt="JPEG"):
+    Image.new("RGB", size, colour).save(path, fmt, quality=95)
+
+
+@pytest.fixture
+def class_folder(tmp_path):
+    for name, colour in COLOURS.items():
+        (tmp_path / name).mkdir()
+        for i in range(3):
+            fmt, ext = ("PNG", "png") if i == 2 else ("JPEG", "jpg")
+            write_image(tmp_path / name / f"{i}.{ext}", colour, fmt=fmt)
+    (tmp_path / "cat" / "notes.txt").write_text("not an image")
+    return tmp_path
+
+
+def test_from_arrays_pairs_and_features_only():
+    x = np.arange(12, dtype=np.float32).reshape(6, 2)
+    y = np.arange(6)
+    pairs = list(data.from_arrays(x, y).as_numpy_iterator())
+    assert len(pairs) == 6
+    np.testing.assert_array_equal(pairs[4][0], [8.0, 9.0])
+    assert pairs[4][1] == 4
+    features = list(data.from_arrays({"a": x}).as_numpy_iterator())
+    np.testing.assert_array_equal(features[1]["a"], [2.0, 3.0])
+
+
+def test_from_arrays_length_mismatch():
+    with pytest.raises(ValueError, match="same number of rows"):
+        data.from_arrays(np.zeros((5, 2)), np.zeros(4))
+
+
+def test_image_folder_inferred_decodes_and_resizes(class_folder):
+    ds, names = data.from_image_folder(str(class_folder), image_size=(8, 6))
+    assert names == ["cat", "dog", "owl"]
+    assert ds.element_spec[0].shape == (8, 6, 3)
+    items = list(ds.as_numpy_iterator())
+    assert [int(label) for _, label in items] == [0, 0, 0, 1, 1, 1, 2, 2, 2]
+    for image, label in items:
+        expected = np.array(COLOURS[names[label]], np.float32)
+        np.testing.assert_allclose(image.mean(axis=(0, 1)), expected, atol=4)
+    # Decoding runs in the dataset's parallel map, not in Python.
+    assert data.graph_ops(ds) == ["TensorSlice", "ParallelMap"]
+
+
+def test_image_folder_grey_channels(class_folder):
+    ds, _ = data.from_image_folder(str(class_folder), image_size=(4, 4), channels=1)
+    image, _ = next(iter(ds))
+    assert image.shape == (4, 4, 1)
+
+
+def test_image_folder_csv_kaggle_layout(tmp_path):
+    (tmp_path / "train").mkdir()
+    rows = [("a1", "beagle"), ("b2", "akita"), ("c3.jpg", "beagle")]
+    for name, breed in rows:
+        stem = name.removesuffix(".jpg")
+        write_image(
+            tmp_path / "train" / f"{stem}.jpg", COLOURS["cat" if breed == "akita" else "owl"]
+        )
+    labels = tmp_path / "labels.csv"
+    with open(labels, "w", newline="") as handle:
+        csv.writer(handle).writerows([("id", "breed"), *rows])
+    ds, names = data.from_image_folder(
+        str(tmp_path / "train"), labels=str(labels), image_size=(5, 5)
+    )
+    assert names == ["akita", "beagle"]
+    assert [int(label) for _, label in ds.as_numpy_iterator()] == [1, 0, 1]
+
+
+def test_image_folder_without_images(tmp_path):
+    (tmp_path / "empty_class").mkdir()
+    (tmp_path / "empty_class" / "readme.txt").write_text("x")
+    with pytest.raises(FileNotFoundError, match="no images"):
+        data.from_image_folder(str(tmp_path), image_size=(8, 8))
+
+
+def test_image_folder_csv_names_missing_files(tmp_path):
+    write_image(tmp_path / "here.jpg", (1, 2, 3))
+    labels = tmp_path / "labels.csv"
+    labels.write_text("id,breed\nhere,pug\ngone,pug\n")
+    with pytest.raises(FileNotFoundError, match=r"1 of 2 file.*gone"):
+        data.from_image_folder(str(tmp_path), labels=str(labels), image_size=(8, 8))
+
+
+def test_image_folder_bad_image_size(class_folder):
+    with pytest.raises(ValueError, match="image_size"):
+        data.from_image_folder(str(class_folder), image_size=(8,))
+
+
+@pytest.fixture
+def table(tmp_path):
+    path = tmp_path / "table.csv"
+    path.write_text("age,height,city,label\n31,1.75,Oslo,1\n45,1.62,Lima,0\n,1.80,Pune,1\n")
+    return str(path)
+
+
+def test_from_csv_numeric_and_string_columns(table):
+    rows = list(data.from_csv(table, label="label").as_numpy_iterator())
+    assert len(rows) == 3
+    features, label = rows[1]
+    assert set(features) == {"age", "height", "city"}
+    assert features["age"] == 45 and features["age"].dtype == np.int64
+    assert features["height"] == pytest.approx(1.62) and features["height"].dtype == np.float32
+    assert features["city"] == b"Lima"
+    assert label == 0
+    assert rows[2][0]["age"] == 0  # an empty numeric cell reads as 0
+
+
+def test_from_csv_select(table):
+    features, label = next(iter(data.from_csv(table, label="city", select=["height"])))
+    assert list(features) == ["height"]
+    assert label.numpy() == b"Oslo"
+
+
+def test_from_csv_label_not_in_file(table):
+    with pytest.raises(ValueError, match=r"label column 'target' is not in .*'age', 'height'"):
+        data.from_csv(table, label="target")
+
+
+def _write_records(tmp_path, files=3, per_file=4):
+    for f in range(files):
+        with tf.io.TFRecordWriter(str(tmp_path / f"part-{f}.tfrecord")) as writer:
+            for i in range(per_file):
+                value = f * per_file + i
+                example = tf.train.Example(
+                    features=tf.train.Features(
+                        feature={
+                            "x": tf.train.Feature(float_list=tf.train.FloatList(value=[value])),
+                            "y": tf.train.Feature(int64_list=tf.train.Int64List(value=[value])),
+                        }
+                    )
+                )
+                writer.write(example.SerializeToString())
+    return str(tmp_path / "part-*.tfrecord")
+
+
+SCHEMA = {"x": tf.io.FixedLenFeature([1], tf.float32), "y": tf.io.FixedLenFeature([], tf.int64)}
+
+
+def parse(record):
+    parsed = tf.io.parse_single_example(record, SCHEMA)
+    return parsed["x"], parsed["y"]
+
+
+def test_from_tfrecords_reads_every_record(tmp_path):
+    ds = data.from_tfrecords(_write_records(tmp_path), parse)
+    labels = sorted(int(y) for _, y in ds.as_numpy_iterator())
+    assert labels == list(range(12))
+    assert "ParallelInterleave" in data.graph_ops(ds)
+
+
+def test_from_tfrecords_needs_pairs(tmp_path):
+    pattern = _write_records(tmp_path)
+    with pytest.raises(TypeError, match="features, label"):
+        data.from_tfrecords(pattern, lambda r: tf.io.parse_single_example(r, SCHEMA))
+
+
+def test_from_tfrecords_no_files(tmp_path):
+    with pytest.raises(FileNotFoundError, match="no file matches"):
+        data.from_tfrecords(str(tmp_path / "*.tfrecord"), parse)
+
+
+def test_from_tfds_mock_mnist():
+    with tfds.testing.mock_data(num_examples=12):
+        ds = data.from_tfds("mnist", "train")
+        batches = data.pipeline(ds, batch_size=5, training=True, seed=0)
+        shapes = [tuple(x.shape) for x, _ in batches]
+    assert ds.element_spec[0].shape == (28, 28, 1)
+    assert shapes == [(5, 28, 28, 1), (5, 28, 28, 1), (2, 28, 28, 1)]
+    assert "kind=tfds" in data.explain(batches)
+
+
+def test_from_tfds_shards_files_with_input_context(monkeypatch):
+    seen = {}
+    real_load = tfds.load
+
+    def recording_load(*args, **kwargs):
+        seen.update(kwargs)
+        return real_load(*args, **kwargs)
+
+    monkeypatch.setattr(tfds, "load", recording_load)
+    context = tf.distribute.InputContext(
+        num_input_pipelines=2, input_pipeline_id=1, num_replicas_in_sync=2
+    )
+    with tfds.testing.mock_data(num_examples=4):
+        ds = data.from_tfds("mnist", "test", input_context=context)
+    assert seen["read_config"].input_context is context
+    assert seen["as_supervised"] is True and seen["shuffle_files"] is False
+    assert ds.element_spec[1].dtype == tf.int64

@@ -1,0 +1,33 @@
+"""Input pipelines: sources, the ordered builder, its plan, and a benchmark.
+
+Example:
+    >>> from tfaccel import data
+    >>> ds = data.pipeline(data.from_arrays(x, y), batch_size=64, training=True)  # doctest: +SKIP
+    >>> print(data.explain(ds))                                                 # doctest: +SKIP
+"""
+
+from tfaccel.data.bench import benchmark
+from tfaccel.data.cache import StaleCacheWarning
+from tfaccel.data.images import from_image_folder
+from tfaccel.data.pipeline import DatasetFn, pipeline
+from tfaccel.data.plan import Plan, Step, explain, graph_ops, plan_of
+from tfaccel.data.sizing import SHUFFLE_BUDGET_MB
+from tfaccel.data.sources import from_arrays, from_csv, from_tfds, from_tfrecords
+
+__all__ = [
+    "SHUFFLE_BUDGET_MB",
+    "DatasetFn",
+    "Plan",
+    "StaleCacheWarning",
+    "Step",
+    "benchmark",
+    "explain",
+    "from_arrays",
+    "from_csv",
+    "from_image_folder",
+    "from_tfds",
+    "from_tfrecords",
+    "graph_ops",
+    "pipeline",
+    "plan_of",
+]

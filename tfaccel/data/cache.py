@@ -1,0 +1,112 @@
+"""Where a pipeline caches, and recovery from a cache lock left by a killed run.
+
+tf.data's file cache writes `<path>_<n>.lockfile` (holding "Created at:
+<unix seconds>") and `<path>_<n>.data-*.tempstate*` while it fills the cache,
+and renames them to `<path>.index` / `<path>.data-*` when an epoch completes.
+If the writing process dies, the lock stays and the next run fails with
+`AlreadyExistsError`.
+
+Stale rule: a writer keeps its partial `.tempstate` file open while it fills
+the cache. A lock whose partial files no process on this machine holds open
+(checked with psutil, this process first) was left by a run that died; the
+lock and its partial files are removed with a `StaleCacheWarning`, and the
+cache is rebuilt. A lock whose files are open (a live iterator here or in
+another local process) is left alone. Writers on other machines cannot be
+seen: give each one its own cache path (`pipeline` adds a per-input-pipeline
+suffix when it shards).
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import time
+import warnings
+
+import psutil
+
+
+class StaleCacheWarning(UserWarning):
+    """A file cache left locked by an interrupted run was removed."""
+
+
+def check_cache(cache) -> str | None:
+    """Validates the `cache` argument; returns "memory", a file path, or None.
+
+    Raises:
+        ValueError: not "memory", None/False, or a non-empty path.
+        FileNotFoundError: the path's directory does not exist.
+    """
+    if cache is None or cache is False:
+        return None
+    if cache == "memory":
+        return "memory"
+    if not isinstance(cache, (str, os.PathLike)) or not os.fspath(cache):
+        raise ValueError(
+            f"cache must be 'memory', None (no cache) or a file path prefix, got {cache!r}."
+        )
+    path = os.path.abspath(os.fspath(cache))
+    folder = os.path.dirname(path)
+    if not os.path.isdir(folder):
+        raise FileNotFoundError(
+            f"cache={os.fspath(cache)!r}: the directory {folder!r} does not exist. Create it "
+            "first (os.makedirs), or use cache='memory'."
+        )
+    return path
+
+
+def _created_at(lockfile: str) -> float:
+    try:
+        with open(lockfile) as handle:
+            text = handle.read()
+        return float(text.rsplit(":", 1)[1].strip())
+    except (OSError, ValueError, IndexError):
+        return os.path.getmtime(lockfile)
+
+
+def _held_open(files: list[str]) -> bool:
+    """Whether any local process (this one first) has one of `files` open."""
+    targets = {os.path.realpath(f) for f in files}
+    if not targets:
+        return False
+    me = psutil.Process()
+    for process in [me, *(p for p in psutil.process_iter() if p.pid != me.pid)]:
+        try:
+            paths = {os.path.realpath(f.path) for f in process.open_files()}
+        except (psutil.Error, OSError):
+            continue
+        if targets & paths:
+            return True
+    return False
+
+
+def recover_stale_lock(path: str) -> list[str]:
+    """Removes the lock and partial files of a cache abandoned by a dead writer.
+
+    Args:
+        path: the cache path prefix given to `Dataset.cache`.
+
+    Returns:
+        The files removed (empty when nothing was stale).
+    """
+    removed = []
+    for lockfile in sorted(glob.glob(glob.escape(path) + "_*.lockfile")):
+        shard = lockfile[: -len(".lockfile")]
+        partial = glob.glob(glob.escape(shard) + ".data-*tempstate*")
+        if _held_open(partial):
+            continue
+        age = time.time() - _created_at(lockfile)
+        for file in [lockfile, *partial]:
+            try:
+                os.remove(file)
+                removed.append(file)
+            except FileNotFoundError:
+                pass
+        warnings.warn(
+            f"Cache {path!r} was left locked by an interrupted run ({lockfile}, created "
+            f"{age:,.0f}s ago; no process has its partial files open): removed the lock "
+            f"and {len(partial)} partial file(s); the cache will be rebuilt.",
+            StaleCacheWarning,
+            stacklevel=3,
+        )
+    return removed

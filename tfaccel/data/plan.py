@@ -1,0 +1,144 @@
+"""What a pipeline is made of, in order, and how to print it (`explain`).
+
+`pipeline` records one `Step` per stage it adds and attaches the resulting
+`Plan` to the dataset it returns. `explain` prints that plan; for a dataset
+built elsewhere it reads the stages from the dataset's own graph instead.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import tensorflow as tf
+from tensorflow.core.framework import graph_pb2
+
+_PLAN_ATTR = "_tfaccel_plan"
+
+
+@dataclasses.dataclass
+class Step:
+    """One stage of a pipeline: its name and the settings it was built with."""
+
+    name: str
+    settings: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+    def __str__(self) -> str:
+        details = ", ".join(f"{key}={value}" for key, value in self.settings.items())
+        return f"{self.name:<11} {details}".rstrip()
+
+
+@dataclasses.dataclass
+class Plan:
+    """The ordered stages of a pipeline plus a one-line summary."""
+
+    title: str
+    steps: list[Step] = dataclasses.field(default_factory=list)
+
+    def add(self, name: str, /, **settings: Any) -> None:
+        """Appends a step named `name` with its settings."""
+        self.steps.append(Step(name, settings))
+
+    @property
+    def names(self) -> list[str]:
+        """The step names in pipeline order."""
+        return [step.name for step in self.steps]
+
+    def step(self, name: str) -> Step:
+        """Returns the step called `name`.
+
+        Raises:
+            KeyError: no such step in this plan.
+        """
+        for step in self.steps:
+            if step.name == name:
+                return step
+        raise KeyError(f"No step {name!r} in this plan; steps are {self.names}.")
+
+    def __str__(self) -> str:
+        lines = [self.title]
+        lines += [f"{i:>3}. {step}" for i, step in enumerate(self.steps, 1)]
+        return "\n".join(lines)
+
+
+def attach(dataset: tf.data.Dataset, plan: Plan) -> tf.data.Dataset:
+    """Stores `plan` on `dataset` so that `explain` can find it; returns the dataset."""
+    setattr(dataset, _PLAN_ATTR, plan)
+    return dataset
+
+
+def plan_of(obj: Any) -> Plan:
+    """Returns the `Plan` of a tfaccel pipeline, a `DatasetFn`, or any `tf.data.Dataset`.
+
+    Args:
+        obj: what `pipeline` returned, or any dataset (its plan is then read from
+            the dataset graph, with one step per tf.data operation).
+
+    Raises:
+        TypeError: `obj` is neither a dataset nor a `DatasetFn`.
+    """
+    plan = getattr(obj, _PLAN_ATTR, None)
+    if isinstance(plan, Plan):
+        return plan
+    if hasattr(obj, "plan") and callable(obj.plan):
+        return obj.plan()
+    if isinstance(obj, tf.data.Dataset):
+        plan = Plan("tf.data pipeline (not built by tfaccel; read from its graph)")
+        for op in graph_ops(obj):
+            plan.add(op)
+        return plan
+    raise TypeError(
+        f"explain() takes a tf.data.Dataset or what tfaccel.data.pipeline returned, "
+        f"got {type(obj).__name__}."
+    )
+
+
+def explain(obj: Any) -> str:
+    """Returns a readable, numbered plan of a pipeline: each step in order with its settings.
+
+    Args:
+        obj: the dataset or `DatasetFn` returned by `tfaccel.data.pipeline`, or any
+            `tf.data.Dataset` (then the steps are the dataset's graph operations).
+
+    Returns:
+        A multi-line string, e.g.::
+
+            tfaccel.data pipeline: training, global batch 64, 1 replica
+              1. source      kind=arrays, elements=1000, ...
+              2. preprocess  fn=normalize, parallel=AUTOTUNE, deterministic=False
+              ...
+
+    Raises:
+        TypeError: `obj` is neither a dataset nor a `DatasetFn`.
+    """
+    return str(plan_of(obj))
+
+
+def graph_ops(dataset: tf.data.Dataset) -> list[str]:
+    """Returns the dataset operations of `dataset`'s graph, source first.
+
+    Follows the main input chain back from the output, so an `interleave`'s inner
+    datasets or a zip's second branch are not listed. Names are TensorFlow op
+    names without their version suffix, e.g. `["TensorSlice", "ParallelMap",
+    "Cache", "Shuffle", "Batch", "Prefetch"]`.
+    """
+    policy = tf.data.experimental.ExternalStatePolicy.IGNORE
+    serialized = dataset._as_serialized_graph(external_state_policy=policy)
+    graph = graph_pb2.GraphDef()
+    graph.ParseFromString(serialized.numpy())
+    nodes = {node.name: node for node in graph.node}
+    output = next(node for node in graph.node if node.op == "_Retval")
+    ops = []
+    name = output.input[0]
+    while name:
+        node = nodes[name.split(":")[0]]
+        if node.op.endswith("Dataset") or "Dataset" in node.op:
+            ops.append(_short(node.op))
+        inputs = [i for i in node.input if not i.startswith("^")]
+        name = next((i for i in inputs if "Dataset" in nodes[i.split(":")[0]].op), "")
+    return ops[::-1]
+
+
+def _short(op: str) -> str:
+    base = op.split("Dataset")[0]
+    return base or op
