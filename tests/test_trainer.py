@@ -304,3 +304,24 @@ def test_jit_compile_with_a_layer_xla_does_not_support():
     )
     with pytest.raises(ValueError, match=r"XLA cannot compile layer\(s\) \['host_op'\].*PyFunc"):
         ours.fit(dataset(), verbose=0)
+
+
+def test_trains_on_tfaccel_data_pipeline_under_mirrored(mirrored):
+    train = tfaccel.data.pipeline(
+        tfaccel.data.from_arrays(X[:64], Y[:64]),
+        batch_size=16,
+        training=True,
+        seed=0,
+        strategy=mirrored,
+    )
+    assert isinstance(train, tfaccel.data.DatasetFn)
+    ours = trainer(mirrored)
+    history = ours.fit(train, epochs=3, verbose=0)
+    assert ours.settings["global_batch"] == 16
+    assert ours.settings["per_replica_batch"] == 8
+    assert int(ours.step.numpy()) == 3 * 4
+    assert history.history["loss"][-1] < history.history["loss"][0]
+    evaluation = tfaccel.data.pipeline(
+        tfaccel.data.from_arrays(X, Y), batch_size=16, training=False, strategy=mirrored
+    )
+    assert set(ours.evaluate(evaluation)) == {"loss", "accuracy"}

@@ -89,8 +89,8 @@ class StepLoops:
             if not optional.has_value():
                 break
             self.strategy.run(self._replica_train, args=(optional.get_value(),))
-            self.step_counter.assign_add(1)
             done += 1
+        self.step_counter.assign_add(tf.cast(done, tf.int64))
         return done
 
     def _test_step(self, data):
