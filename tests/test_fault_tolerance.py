@@ -75,7 +75,7 @@ X = np.random.default_rng(0).normal(size=(64, 4)).astype("float32")
 Y = (X[:, 0] > 0).astype("int32")
 
 
-def make_trainer(units=8, **kwargs):
+def make_trainer(units=8, strategy=None, **kwargs):
     def build():
         keras.utils.set_random_seed(0)
         return keras.Sequential(
@@ -86,7 +86,7 @@ def make_trainer(units=8, **kwargs):
         build,
         optimizer=lambda: keras.optimizers.SGD(0.1),
         loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
-        strategy=tf.distribute.get_strategy(),
+        strategy=strategy or tf.distribute.get_strategy(),
         steps_per_loop=1,
         **kwargs,
     )
@@ -152,3 +152,36 @@ def test_finished_run_started_again_does_nothing(tmp_path):
     history = again.fit(data(), epochs=2, verbose=0, checkpoint_dir=tmp_path)
     assert int(again.step.numpy()) == 16
     assert history.history == {}
+
+
+class StopAt(keras.callbacks.Callback):
+    def __init__(self, step):
+        super().__init__()
+        self.step = step
+
+    def on_train_batch_end(self, batch, logs=None):
+        if int(self.model.optimizer.iterations.numpy()) >= self.step:
+            self.model.stop_training = True
+
+
+@pytest.mark.parametrize("distributed", [False, True], ids=["iterator-saved", "mirrored-skip"])
+def test_resume_mid_epoch_gives_the_same_weights(tmp_path, mirrored, distributed):
+    strategy = mirrored if distributed else tf.distribute.get_strategy()
+
+    def pipeline():
+        source = tfaccel.data.from_arrays(X, Y)
+        return tfaccel.data.pipeline(source, batch_size=8, training=True, seed=3, strategy=strategy)
+
+    def fresh():
+        return make_trainer(strategy=strategy)
+
+    reference = fresh()
+    reference.fit(pipeline(), epochs=2, verbose=0)
+    first = fresh()
+    first.fit(pipeline(), epochs=2, verbose=0, checkpoint_dir=tmp_path, callbacks=[StopAt(11)])
+    assert tf.train.latest_checkpoint(str(tmp_path)).endswith("ckpt-11")
+    resumed = fresh()
+    resumed.fit(pipeline(), epochs=2, verbose=0, checkpoint_dir=tmp_path)
+    assert int(resumed.step.numpy()) == 16
+    for got, want in zip(resumed.model.get_weights(), reference.model.get_weights(), strict=True):
+        np.testing.assert_allclose(got, want, atol=1e-6)

@@ -16,6 +16,7 @@ import time
 import warnings
 
 import keras
+import tensorflow as tf
 
 from tfaccel.train import inputs
 from tfaccel.train.checkpoint import CheckpointState
@@ -89,35 +90,31 @@ class FitLoop:
             )
         self.bad_loops = 0
         self.last_saved = None
+        self.saveable = False
 
     # -- input ---------------------------------------------------------------------------
 
-    def _iterator(self, resumed_steps: int):
-        """A new iterator; on resume, positioned after `resumed_steps` steps of the stream."""
+    def _iterator(self, resumed_steps: int = 0):
+        """A new iterator over the stream, positioned after `resumed_steps` steps.
+
+        A plain `tf.data` iterator joins the checkpoint (its position is restored);
+        a distributed one cannot be saved, so a resumed run skips what was done.
+        """
         data = self.train_data
-        saveable = self.ckpt is not None and self.stream and self._saveable_iterator()
-        if resumed_steps and self.stream and not saveable:
+        if resumed_steps:
             data = inputs.skip(data, resumed_steps, self.t.strategy)
         iterator = iter(inputs.distribute(self.t.strategy, data))
-        if saveable:
+        trackable = isinstance(iterator, tf.__internal__.tracking.Trackable)
+        self.saveable = self.ckpt is not None and self.stream and trackable
+        if self.saveable:
             self.ckpt.set("iterator", iterator)
         return iterator
-
-    def _saveable_iterator(self) -> bool:
-        return self.t.strategy.num_replicas_in_sync == 1 and not inputs.is_dataset_fn(
-            self.train_data
-        )
 
     # -- checkpoints ---------------------------------------------------------------------
 
     def _restore(self) -> int:
         """Restores the latest checkpoint, if any; returns the steps done in this run."""
-        if self.ckpt is None:
-            return 0
-        if self.stream and self._saveable_iterator():
-            # The iterator must exist before restore so its state is read into it.
-            self._pending_iterator = self._iterator(0)
-        if self.ckpt.restore() is None:
+        if self.ckpt is None or self.ckpt.restore() is None:
             self.t.epoch.assign(0)
             self.t.epoch_step.assign(0)
             return 0
@@ -134,18 +131,15 @@ class FitLoop:
     # -- the run -------------------------------------------------------------------------
 
     def run(self) -> keras.callbacks.History:
-        self._pending_iterator = None
+        # A saveable iterator must exist before the restore, which reads its position.
+        iterator = self._iterator() if self.stream else None
         done_in_run = self._restore()
+        if self.stream and done_in_run and not self.saveable:
+            iterator = self._iterator(done_in_run)
         self.last_saved = int(self.t.step.numpy()) if done_in_run else None
-        start_epoch = int(self.t.epoch.numpy()) if self.ckpt is not None else 0
-        skip_in_epoch = int(self.t.epoch_step.numpy()) if self.ckpt is not None else 0
-        if self.ckpt is None:
-            self.t.epoch.assign(0)
-            self.t.epoch_step.assign(0)
-
-        iterator = None
-        if self.stream:
-            iterator = self._pending_iterator or self._iterator(done_in_run)
+        start_epoch = int(self.t.epoch.numpy())
+        # Without a stream (unknown length) an interrupted epoch restarts from its start.
+        skip_in_epoch = int(self.t.epoch_step.numpy()) if self.stream else 0
         self.t.model.stop_training = False
         self.callbacks.on_train_begin()
         epoch_logs = {}
@@ -157,7 +151,7 @@ class FitLoop:
                     self.t.reset_metrics()
                 self.callbacks.on_epoch_begin(epoch)
                 if not self.stream:
-                    iterator = self._iterator(0)
+                    iterator = self._iterator()
                 status = self._train_epoch(iterator, first)
                 if status == "preempted":
                     return self._stop_for_preemption(epoch_logs)
@@ -165,7 +159,7 @@ class FitLoop:
                 if self.val_dataset is not None:
                     val_logs = self.t.evaluate_distributed(self.val_dataset, self.validation_steps)
                     epoch_logs.update({f"val_{k}": v for k, v in val_logs.items()})
-                if status != "exhausted":
+                if status == "done":
                     self.t.epoch.assign(epoch + 1)
                     self.t.epoch_step.assign(0)
                     if self.checkpoint_every == "epoch":
@@ -190,7 +184,7 @@ class FitLoop:
         return want
 
     def _train_epoch(self, iterator, done: int) -> str:
-        """Runs one epoch of loops; returns "done", "exhausted" or "preempted"."""
+        """Runs one epoch of loops; returns "done", "stopped", "exhausted" or "preempted"."""
         t = self.t
         while self.steps_per_epoch is None or done < self.steps_per_epoch:
             want = self._loop_size(done)
@@ -222,7 +216,7 @@ class FitLoop:
             if ran < want:
                 return "exhausted" if self.steps_per_epoch is not None else "done"
             if t.model.stop_training:
-                break
+                return "stopped"
         return "done"
 
     def _check_divergence(self, loop_loss: float) -> None:
