@@ -58,7 +58,10 @@ class StepLoops:
         per_example = self.loss(y, y_pred, sample_weight)
         local = tf.shape(per_example)[0]
         context = tf.distribute.get_replica_context()
-        global_batch = context.all_reduce("SUM", local)
+        if per_example.shape[0] is not None:  # every batch full: no collective needed
+            global_batch = per_example.shape[0] * context.num_replicas_in_sync
+        else:  # a partial batch may be split unevenly: sum the replicas' sizes
+            global_batch = context.all_reduce("SUM", local)
         loss = tf.nn.compute_average_loss(per_example, global_batch_size=global_batch)
         if self.model.losses:
             loss += tf.nn.scale_regularization_loss(tf.add_n(self.model.losses))
