@@ -17,7 +17,7 @@ import tensorflow as tf
 
 from tfaccel import devices, precision
 from tfaccel.train import inputs, settings
-from tfaccel.train.fit_loop import FitLoop, check_checkpoint_every
+from tfaccel.train.fit_loop import FitLoop
 from tfaccel.train.losses import PerExampleLoss, resolve_metrics
 from tfaccel.train.steps import StepLoops, explain_xla_error
 
@@ -59,7 +59,6 @@ class Trainer:
     ):
         self.strategy = strategy or devices.strategy("auto")
         self.steps_per_loop = settings.resolve_steps_per_loop(steps_per_loop)
-        self._jit_compile_arg = jit_compile
         with self.strategy.scope():
             self.model = model if isinstance(model, keras.Model) else model()
             self._check_model_scope()
@@ -140,7 +139,7 @@ class Trainer:
 
     def _resolve_settings(self, global_batch: int | None) -> dict:
         replicas = self.strategy.num_replicas_in_sync
-        policy = keras.config.dtype_policy().name
+        policy = self.model.dtype_policy.name
         per_replica = global_batch // replicas if global_batch else None
         return {
             "strategy": type(self.strategy).__name__,
@@ -243,13 +242,15 @@ class Trainer:
             TrainingDivergedError: the loss stayed non-finite.
         """
         verbose = 1 if verbose == "auto" else verbose
-        check_checkpoint_every(checkpoint_every)
         global_batch = self._prepare(train_data, steps_per_epoch, "training")
         if validation_data is not None:
             self._prepare(validation_data, validation_steps, "validation")
         self.settings = self._resolve_settings(global_batch)
         table = settings.format_table(self.settings)
-        print(table) if verbose else logger.info(table)
+        if verbose:
+            print(table)
+        else:
+            logger.info(table)
         self.preempted = False
         loop = FitLoop(
             self,
