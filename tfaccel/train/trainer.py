@@ -137,7 +137,7 @@ class Trainer:
         self._ensure_built(sample)
         return batch
 
-    def _resolve_settings(self, global_batch: int | None) -> dict:
+    def _resolve_settings(self, global_batch: int | None, steps_per_epoch: int | None) -> dict:
         replicas = self.strategy.num_replicas_in_sync
         policy = self.model.dtype_policy.name
         per_replica = global_batch // replicas if global_batch else None
@@ -149,7 +149,8 @@ class Trainer:
             "dtype_policy": policy,
             "loss_scale": settings.loss_scale_of(self.optimizer) or "none",
             "jit_compile": self.jit_compile,
-            "steps_per_loop": self.steps_per_loop,
+            "steps_per_epoch": steps_per_epoch or "until the data ends",
+            "steps_per_loop": min(self.steps_per_loop, steps_per_epoch or self.steps_per_loop),
             "devices": _device_names(self.strategy),
         }
 
@@ -245,13 +246,6 @@ class Trainer:
         global_batch = self._prepare(train_data, steps_per_epoch, "training")
         if validation_data is not None:
             self._prepare(validation_data, validation_steps, "validation")
-        self.settings = self._resolve_settings(global_batch)
-        table = settings.format_table(self.settings)
-        if verbose:
-            print(table)
-        else:
-            logger.info(table)
-        self.preempted = False
         loop = FitLoop(
             self,
             train_data,
@@ -269,6 +263,13 @@ class Trainer:
             restore_on_divergence=restore_on_divergence,
             exit_on_preemption=exit_on_preemption,
         )
+        self.settings = self._resolve_settings(global_batch, loop.steps_per_epoch)
+        table = settings.format_table(self.settings)
+        if verbose:
+            print(table)
+        else:
+            logger.info(table)
+        self.preempted = False
         return loop.run()
 
     def evaluate_distributed(self, dataset, steps: int | None) -> dict:
