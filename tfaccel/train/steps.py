@@ -85,14 +85,19 @@ class StepLoops:
         grads = tape.gradient(scaled, variables)
         self.optimizer.apply(grads, variables)
 
-    def _train_loop(self, iterator, num_steps):
+    def _run_steps(self, replica_step, iterator, num_steps):
+        """Runs up to `num_steps` replica steps; stops early when the data ends."""
         done = tf.constant(0, tf.int32)
         for _ in tf.range(num_steps):
             optional = iterator.get_next_as_optional()
             if not optional.has_value():
                 break
-            self.strategy.run(self._replica_train, args=(optional.get_value(),))
+            self.strategy.run(replica_step, args=(optional.get_value(),))
             done += 1
+        return done
+
+    def _train_loop(self, iterator, num_steps):
+        done = self._run_steps(self._replica_train, iterator, num_steps)
         self.step_counter.assign_add(tf.cast(done, tf.int64))
         return done
 
@@ -100,14 +105,7 @@ class StepLoops:
         self._forward(data, training=False)
 
     def _test_loop(self, iterator, num_steps):
-        done = tf.constant(0, tf.int32)
-        for _ in tf.range(num_steps):
-            optional = iterator.get_next_as_optional()
-            if not optional.has_value():
-                break
-            self.strategy.run(self._test_step, args=(optional.get_value(),))
-            done += 1
-        return done
+        return self._run_steps(self._test_step, iterator, num_steps)
 
 
 def explain_xla_error(error: Exception, model) -> str:
