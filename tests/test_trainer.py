@@ -260,6 +260,12 @@ def test_bad_steps_per_loop(value):
         trainer(steps_per_loop=value)
 
 
+@pytest.mark.parametrize("kwargs", [{"epochs": -1}, {"epochs": 1.5}, {"steps_per_epoch": 0}])
+def test_bad_epochs_or_steps_per_epoch(kwargs):
+    with pytest.raises(ValueError, match=next(iter(kwargs))):
+        trainer().fit(dataset(), verbose=0, **kwargs)
+
+
 def test_loss_that_cannot_be_reduced_per_example():
     ours = tfaccel.Trainer(
         build,

@@ -52,6 +52,11 @@ class FitLoop:
         restore_on_divergence,
         exit_on_preemption,
     ):
+        for name, value, least in (("epochs", epochs, 0), ("steps_per_epoch", steps_per_epoch, 1)):
+            if value is not None and (
+                isinstance(value, bool) or not isinstance(value, int) or value < least
+            ):
+                raise ValueError(f"{name} must be an integer >= {least}, got {value!r}.")
         self.t = trainer
         self.epochs = epochs
         self.validation_steps = validation_steps
