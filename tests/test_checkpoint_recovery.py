@@ -93,16 +93,32 @@ def damage_truncate_data(directory):
     os.truncate(data_file, 20)
 
 
+def damage_flip_byte(directory):
+    """One byte flipped mid-file: it lands in the input iterator's state, saved last."""
+    (data_file,) = pathlib.Path(directory).glob("ckpt-8.data-*")
+    raw = bytearray(data_file.read_bytes())
+    raw[len(raw) // 2] ^= 0xFF
+    data_file.write_bytes(bytes(raw))
+
+
 @pytest.mark.parametrize(
     "damage, falls_back",
     [
         (damage_delete, True),
         (damage_truncate_index, True),
         (damage_truncate_data, True),
+        (damage_flip_byte, True),
         (damage_state_garbage, False),
         (damage_state_empty, False),
     ],
-    ids=["delete-latest", "truncated-index", "truncated-data", "garbage-state", "empty-state"],
+    ids=[
+        "delete-latest",
+        "truncated-index",
+        "truncated-data",
+        "flipped-byte",
+        "garbage-state",
+        "empty-state",
+    ],
 )
 def test_damaged_directory_resumes_from_the_newest_readable_checkpoint(
     tmp_path, reference, damage, falls_back
@@ -121,7 +137,7 @@ def test_damaged_directory_resumes_from_the_newest_readable_checkpoint(
     else:  # the state file is only an index: ckpt-8 (epoch 0 done) is found from the files
         assert "rewrote it from the checkpoint files" in text
         assert_same(trainer, history, reference, epochs=(1,))
-    if damage in (damage_truncate_index, damage_truncate_data):
+    if damage in (damage_truncate_index, damage_truncate_data, damage_flip_byte):
         assert "ckpt-8 could not be read" in text and "moved its files to" in text
         moved = sorted(p.name for p in (tmp_path / "corrupt").iterdir())
         assert moved[0] == "ckpt-8.data-00000-of-00001" and moved[1] == "ckpt-8.index"

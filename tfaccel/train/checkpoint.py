@@ -17,11 +17,13 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import warnings
 
 import tensorflow as tf
 
 from tfaccel.train import checkpoint_files as files
+from tfaccel.train import hyperparameters
 
 # Run-shape entries a resumed run must share (unless resume="force"), with how to name them.
 REFUSED = {
@@ -116,7 +118,9 @@ class CheckpointState:
             if tf.io.gfile.exists(self._write_dir):
                 tf.io.gfile.rmtree(self._write_dir)
         self.restored_path: str | None = None
+        self.saved_shape: dict | None = None
         self.changed: dict = {}
+        self.new_metrics: list[str] = []
 
     def set(self, name: str, trackable) -> None:
         """Replaces a saved object (e.g. a new input iterator)."""
@@ -150,11 +154,14 @@ class CheckpointState:
         for number in files.numbers(self.directory):
             path = files.prefix(self.directory, number)
             reason = files.unreadable(path)
+            if reason is None:
+                saved = RunShape.saved(path)
+                self.changed = self._compare(saved, resume)
+                reason = self._read(path, skip=self._skipped_objects())
             if reason is not None:
                 failed.append((number, reason))
                 continue
-            self.changed = self._compare(RunShape.saved(path), resume)
-            self._read(path, skip=self._skipped_objects())
+            self.saved_shape = saved
             self._set_aside(failed, restored=path)
             self.restored_path = path
             return path
@@ -216,8 +223,15 @@ class CheckpointState:
             skip.add("iterator")
         return skip
 
-    def _read(self, path: str, skip: set) -> None:
+    def _read(self, path: str, skip: set) -> str | None:
+        """Restores `path`; returns why a saved tensor could not be read (None when restored).
+
+        Raises:
+            CheckpointMismatchError: a true difference of names or shapes (named).
+        """
         objects = {k: v for k, v in self.objects.items() if k not in skip}
+        if "metrics" in objects:
+            objects["metrics"], self.new_metrics = _saved_metrics(path, objects["metrics"])
         model = objects.get("model")
         # A compiled Keras model tracks its optimizer too: detach it while it is skipped.
         detached = getattr(model, "optimizer", None) if "optimizer" in skip else None
@@ -226,19 +240,28 @@ class CheckpointState:
             if detached is not None:
                 del model.optimizer
             status = tf.train.Checkpoint(**objects).read(path)
-            status.assert_existing_objects_matched()
-        except (AssertionError, ValueError, KeyError, tf.errors.OpError) as error:
-            raise CheckpointMismatchError(
-                f"{self.directory} holds a checkpoint ({os.path.basename(path)}) that does not "
-                "match this model and trainer (different layers, shapes or optimizer), so it "
-                "cannot be resumed. Use a new checkpoint_dir, or delete the old one to start "
-                f"over. Details: {str(error).splitlines()[0][:400]}"
-            ) from error
+            _assert_matched(status, objects.get("optimizer"))
+        except tf.errors.OpError as error:
+            if _is_damage(error):
+                text = re.sub(r"\{\{function_node [^}]*\}\}\s*", "", str(error)).strip()
+                return f"{type(error).__name__}: {text.splitlines()[0][:300]}"
+            raise self._mismatch(path, error) from error
+        except (AssertionError, ValueError, KeyError) as error:
+            raise self._mismatch(path, error) from error
         finally:
             if status is not None:
                 status.expect_partial()  # skipped objects are meant to stay unrestored
             if detached is not None:
                 model.optimizer = detached
+        return None
+
+    def _mismatch(self, path: str, error: Exception) -> CheckpointMismatchError:
+        details = " ".join(str(error).split())[:600]
+        return CheckpointMismatchError(
+            f"{self.directory} holds a checkpoint ({os.path.basename(path)}) of another model "
+            f"or trainer: its variables' names or shapes differ from this one's ({details}). "
+            "It cannot be resumed. Use a new checkpoint_dir, or delete the old one to start over."
+        )
 
     def _set_aside(self, failed: list, restored: str) -> None:
         """Moves unreadable checkpoints aside and repairs the state file (chief only)."""
@@ -291,3 +314,37 @@ class CheckpointState:
         """The newest checkpoint's path prefix, from the files (not the state file)."""
         present = files.numbers(self.directory)
         return files.prefix(self.directory, present[0]) if present else None
+
+
+def _is_damage(error: tf.errors.OpError) -> bool:
+    """Whether a restore failed on damaged bytes (checksum, truncation), not on a mismatch."""
+    text = str(error).lower()
+    return isinstance(error, tf.errors.DataLossError) or any(
+        word in text for word in ("checksum", "corrupt", "truncat", "data loss", "decode")
+    )
+
+
+def _saved_metrics(path: str, metrics: dict) -> tuple[dict, list[str]]:
+    """The metrics the checkpoint holds (restored) and the names of new ones (start at zero)."""
+    keys = tf.train.load_checkpoint(path).get_variable_to_shape_map()
+    saved = {key.split("/")[1] for key in keys if key.startswith("metrics/")}
+    if not saved:  # a checkpoint without metrics' state: restore as before
+        return metrics, []
+    return {k: v for k, v in metrics.items() if k in saved}, [k for k in metrics if k not in saved]
+
+
+def _assert_matched(status, optimizer) -> None:
+    """Every object found its saved value, but the optimizer's hyperparameter variables.
+
+    Those keep the user's values anyway (`hyperparameters.kept`), so a learning rate that is
+    a variable now and was a schedule when saved is no mismatch.
+    """
+    try:
+        status.assert_existing_objects_matched()
+    except AssertionError as error:
+        text = str(error)
+        shown = re.search(r"Showing (\d+) of (\d+) unmatched", text)
+        paths = set(re.findall(r"<Variable path=([^,>]+)", text))
+        allowed = set(hyperparameters.variable_paths(optimizer)) if optimizer else set()
+        if not (shown and shown[1] == shown[2] and paths and paths <= allowed):
+            raise

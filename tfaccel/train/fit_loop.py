@@ -24,7 +24,7 @@ import warnings
 import keras
 import tensorflow as tf
 
-from tfaccel.train import accumulation, inputs
+from tfaccel.train import accumulation, hyperparameters, inputs
 from tfaccel.train.checkpoint import POSITION_KEYS, RESUME_MODES, CheckpointState
 from tfaccel.train.faults import PreemptionWatcher, TrainingDivergedError
 from tfaccel.train.progress import ProgressBar
@@ -118,6 +118,7 @@ class FitLoop:
             "optimizer": trainer.optimizer_type(),
             "accumulate_steps": self.accumulate,
             "dataset": data_fingerprint,
+            "hyperparameters": hyperparameters.of(trainer.optimizer),
         }
         if checkpoint_dir is not None:
             self.ckpt = CheckpointState(
@@ -151,7 +152,11 @@ class FitLoop:
 
     def _restore(self) -> int:
         """Restores the newest readable checkpoint, if any; returns the steps done in this run."""
-        path = None if self.ckpt is None else self.ckpt.restore(self.run_shape, self.resume)
+        path = None
+        if self.ckpt is not None:
+            # The optimizer's state comes from the checkpoint; its hyperparameters are the user's.
+            with hyperparameters.kept(self.t.optimizer):
+                path = self.ckpt.restore(self.run_shape, self.resume)
         if path is None:
             self.t.epoch.assign(0)
             self.t.epoch_step.assign(0)
@@ -169,6 +174,19 @@ class FitLoop:
             f"Resumed from {os.path.basename(path)} in {self.ckpt.directory}: "
             f"step {int(self.t.step.numpy())}, {where}."
         )
+        changed = {}
+        if "optimizer" not in self.ckpt.changed:
+            saved = (self.ckpt.saved_shape or {}).get("hyperparameters")
+            changed = hyperparameters.changes(saved, self.run_shape["hyperparameters"])
+        if changed:
+            text = hyperparameters.describe(changed)
+            self.t.settings["changed since the checkpoint"] = text
+            message += f" Optimizer settings of this run, not the checkpoint's: {text}."
+        if self.ckpt.new_metrics:
+            message += (
+                f" Metric(s) {', '.join(self.ckpt.new_metrics)} are new to the checkpoint: they "
+                "count from zero for the interrupted epoch."
+            )
         if self.verbose:
             print(message)
         else:
