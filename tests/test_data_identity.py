@@ -191,3 +191,30 @@ def test_a_file_source_changes_with_a_files_size_or_mtime(tmp_path):
     os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns + 10**9))
     grown = str(fingerprint.of_dataset(data.from_csv(str(path), label="label")))
     assert len({first, touched, grown}) == 3
+
+
+# -- the batch-size search ------------------------------------------------------------
+
+
+def tiny_model():
+    return keras.Sequential([keras.Input((4,)), keras.layers.Dense(2)])
+
+
+@pytest.mark.parametrize("length", ["known", "unknown"])
+def test_find_batch_size_never_proposes_more_than_the_examples(length):
+    x, y = X[:10], np.zeros(10, np.int64)
+    source = tf.data.Dataset.from_tensor_slices((x, y))
+    if length == "unknown":
+        source = source.filter(lambda a, b: True)
+    report = tfaccel.tuning.find_batch_size(
+        tiny_model, source, loss="sparse_categorical_crossentropy", start=4, steps=1
+    )
+    assert report.max_batch_size <= 10 and report.best_batch_size <= 10
+    assert all(row.batch_size <= 10 for row in report.rows if row.fits)
+    assert report.capped_by == "data" and report.examples == 10
+    assert "search capped by the data: it holds 10 examples" in str(report)
+    assert [(r.batch_size, r.reason) for r in report.rows] == [(4, "ok"), (8, "ok"), (16, "data")]
+    small = tfaccel.tuning.find_batch_size(
+        tiny_model, (x[:5], y[:5]), loss="sparse_categorical_crossentropy", steps=1
+    )
+    assert small.max_batch_size == 5 and small.capped_by == "data"
