@@ -9,6 +9,11 @@ then restored) and the checkpoint's bytes against the model's weights alone (the
 bytes of `model.weights`, as `model.save_weights` would store them) — with momentum
 SGD expect about 2× (weights + one slot per trainable variable).
 
+Also times the data fingerprint a checkpoint's run shape records (`tfaccel.data.
+fingerprint`): `from_arrays` over 1,000,000 rows (32 float32 features + an int64
+label), fingerprinted as the Trainer does it (median of five); it must stay under
+0.2 s.
+
 Run: `python benchmarks/checkpoint.py [--quick]`; writes
 `benchmarks/results/checkpoint.json`. `--quick` uses ResNet-18 on 64×64 inputs and
 three saves (seconds); the full run (ResNet-50, 224×224, seven saves) takes about a
@@ -29,6 +34,7 @@ import numpy as np
 import tensorflow as tf
 
 import tfaccel
+from tfaccel.data import fingerprint
 from tfaccel.train.checkpoint import CheckpointState
 
 RESULTS = pathlib.Path(__file__).parent / "results" / "checkpoint.json"
@@ -46,6 +52,28 @@ def build_trainer(depth: int, size: int) -> tfaccel.Trainer:
         strategy=tf.distribute.get_strategy(),
         steps_per_loop=1,
     )
+
+
+def fingerprint_seconds(rows: int = 1_000_000, repeats: int = 5) -> dict:
+    """Seconds to fingerprint a `rows`-row in-memory source (hash, then the Trainer's look-up)."""
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(rows, 32)).astype("float32")
+    y = rng.integers(0, 10, rows)
+    hashing, lookup = [], []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fingerprint.digest_arrays((x, y))  # what from_arrays computes once
+        hashing.append(time.perf_counter() - start)
+    source = tfaccel.data.pipeline(tfaccel.data.from_arrays(x, y), batch_size=256, training=True)
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fingerprint.of_dataset(source)
+        lookup.append(time.perf_counter() - start)
+    return {
+        "fingerprint_rows": rows,
+        "fingerprint_seconds": statistics.median(hashing) + statistics.median(lookup),
+        "fingerprint_hash_seconds": hashing,
+    }
 
 
 def main() -> None:
@@ -83,6 +111,7 @@ def main() -> None:
         "weights_mb": weight_bytes / 2**20,
         "checkpoint_over_weights": checkpoint_bytes / weight_bytes,
         "quick": args.quick,
+        **fingerprint_seconds(),
     }
     print(json.dumps(results, indent=2))
     if not args.quick:

@@ -156,7 +156,7 @@ def test_cpu_budget_stops_before_a_candidate_predicted_over_it():
     budget = 100.0
     report = tuning.find_batch_size(
         lambda: small_model(threshold=10**6, extra=[Widen()]),
-        (X, Y),
+        (np.tile(X, (16, 1)), np.tile(Y, 16)),  # 4096 examples: the data does not cap it
         loss=SCE,
         start=32,
         limit=4096,

@@ -7,7 +7,7 @@ Example:
 """
 
 from tfaccel.data.bench import benchmark
-from tfaccel.data.cache import StaleCacheWarning
+from tfaccel.data.cache import CacheMismatchError, CacheMismatchWarning, StaleCacheWarning
 from tfaccel.data.images import from_image_folder
 from tfaccel.data.pipeline import DatasetFn, pipeline
 from tfaccel.data.plan import Plan, Step, explain, graph_ops, plan_of
@@ -16,6 +16,8 @@ from tfaccel.data.sources import from_arrays, from_csv, from_tfds, from_tfrecord
 
 __all__ = [
     "SHUFFLE_BUDGET_MB",
+    "CacheMismatchError",
+    "CacheMismatchWarning",
     "DatasetFn",
     "Plan",
     "StaleCacheWarning",

@@ -14,11 +14,22 @@ cache is rebuilt. A lock whose files are open (a live iterator here or in
 another local process) is left alone. Writers on other machines cannot be
 seen: give each one its own cache path (`pipeline` adds a per-input-pipeline
 suffix when it shards).
+
+What a cache holds: `<path>.fingerprint.json` records the data it is built from
+(the source's fingerprint, see `tfaccel.data.fingerprint`, the cached elements'
+dtypes and shapes, and the preprocess function). It is written when a pipeline is
+built over a path holding no complete cache (none, or one being rebuilt), so it is
+there before the first element is cached. A complete cache whose record differs,
+or that has none (an older tfaccel), is never read: its files are removed with one
+`CacheMismatchWarning` naming the path and both fingerprints, and it is rebuilt
+(or `CacheMismatchError` is raised, with `cache_mismatch="error"`).
 """
 
 from __future__ import annotations
 
 import glob
+import hashlib
+import json
 import os
 import time
 import warnings
@@ -28,6 +39,17 @@ import psutil
 
 class StaleCacheWarning(UserWarning):
     """A file cache left locked by an interrupted run was removed."""
+
+
+MISMATCH_MODES = ("rebuild", "error")
+
+
+class CacheMismatchWarning(UserWarning):
+    """A file cache built from other data was removed; it is rebuilt."""
+
+
+class CacheMismatchError(ValueError):
+    """A file cache was built from other data (with `cache_mismatch="error"`)."""
 
 
 def check_cache(cache) -> str | None:
@@ -110,3 +132,80 @@ def recover_stale_lock(path: str) -> list[str]:
             stacklevel=3,
         )
     return removed
+
+
+def record_of(source: str, elements: str, preprocess: str) -> dict:
+    """What a cache is built from, with its short fingerprint."""
+    record = {"source": source, "elements": elements, "preprocess": preprocess}
+    text = json.dumps(record, sort_keys=True).encode()
+    record["fingerprint"] = hashlib.sha1(text, usedforsecurity=False).hexdigest()[:16]
+    return record
+
+
+def _read_record(path: str) -> dict | None:
+    try:
+        with open(path + ".fingerprint.json") as handle:
+            record = json.load(handle)
+        return record if isinstance(record, dict) else None
+    except (OSError, ValueError):
+        return None
+
+
+def _mismatch(saved: dict | None, record: dict) -> str | None:
+    """Why a complete cache recorded as `saved` does not hold `record`'s data, or None."""
+    if saved is None:
+        return "it has no fingerprint file beside it (an older tfaccel), so its data is unproven"
+    if saved.get("elements") != record["elements"]:
+        return (
+            f"its elements have another shape/dtype: cached {saved.get('elements')}, "
+            f"now {record['elements']}"
+        )
+    if saved.get("source") != record["source"]:
+        return f"it was built from other data: source {saved.get('source')}, now {record['source']}"
+    if saved.get("preprocess") != record["preprocess"]:
+        return (
+            f"it was built with another preprocess: {saved.get('preprocess') or 'none'}, now "
+            f"{record['preprocess'] or 'none'}"
+        )
+    return None
+
+
+def check_fingerprint(path: str, record: dict, mismatch: str = "rebuild") -> None:
+    """Makes the file cache at `path` hold `record`'s data, or be rebuilt from it.
+
+    Call after `recover_stale_lock`. A complete cache (`<path>.index`) of other data
+    is removed (with a `CacheMismatchWarning`), or `CacheMismatchError` is raised
+    when `mismatch` is "error". Where no complete cache is left and no live writer
+    holds the lock, the record is written to `<path>.fingerprint.json`.
+    """
+    saved = _read_record(path)
+    if os.path.exists(path + ".index"):
+        reason = _mismatch(saved, record)
+        if reason is None:
+            return
+        old = (saved or {}).get("fingerprint", "none")
+        text = (
+            f"The file cache {path!r} does not hold this pipeline's data ({reason}; cache "
+            f"fingerprint {old}, this pipeline's {record['fingerprint']})"
+        )
+        if mismatch == "error":
+            raise CacheMismatchError(
+                f"{text}. Delete its files, use another cache path, or pass "
+                "cache_mismatch='rebuild'."
+            )
+        files = [path + ".index", *glob.glob(glob.escape(path) + ".data-*")]
+        for file in files:
+            try:
+                os.remove(file)
+            except FileNotFoundError:
+                pass
+        warnings.warn(
+            f"{text}: removed its {len(files)} file(s); it is rebuilt from the source.",
+            CacheMismatchWarning,
+            stacklevel=3,
+        )
+    if glob.glob(glob.escape(path) + "_*.lockfile"):
+        return  # a live writer (recover_stale_lock left its lock): its record stands
+    if saved != record:
+        with open(path + ".fingerprint.json", "w") as handle:
+            json.dump(record, handle, indent=1, sort_keys=True)

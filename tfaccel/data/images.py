@@ -9,6 +9,7 @@ import warnings
 import numpy as np
 import tensorflow as tf
 
+from tfaccel.data import fingerprint
 from tfaccel.data.image_checks import find_corrupt
 from tfaccel.data.sources import AUTOTUNE, SourceInfo, attach_source
 
@@ -133,6 +134,12 @@ def from_image_folder(
             finish=finish,
             units="files",
             count=len(subset_files),
+            identity=fingerprint.files_identity(
+                subset_files,
+                fingerprint.digest_arrays(np.asarray(subset_targets, np.int64)),
+                class_names,
+                (height, width, channels),
+            ),
         )
         dataset = attach_source(finish(raw), info)
         dataset.class_names = list(class_names)

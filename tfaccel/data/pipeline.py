@@ -20,7 +20,7 @@ from typing import Any
 
 import tensorflow as tf
 
-from tfaccel.data import augment_seeds, finite, sizing
+from tfaccel.data import augment_seeds, fingerprint, finite, sizing
 from tfaccel.data import cache as cache_lib
 from tfaccel.data.plan import Plan, attach
 from tfaccel.data.sources import AUTOTUNE, is_pair, require_pair, source_info
@@ -45,6 +45,7 @@ class _Config:
     batch_map: Callable | None
     replicas: int
     check_finite: bool = False
+    cache_mismatch: str = "rebuild"
 
 
 class DatasetFn:
@@ -112,6 +113,7 @@ def pipeline(
     jit_compile: bool = False,
     shuffle_budget_mb: float = sizing.SHUFFLE_BUDGET_MB,
     check_finite: bool = False,
+    cache_mismatch: str = "rebuild",
 ) -> tf.data.Dataset | DatasetFn:
     """Builds a batched, prefetched input pipeline in the correct order.
 
@@ -139,6 +141,8 @@ def pipeline(
         cache: "memory", a file path prefix (its directory must exist; a lock
             left by an interrupted run is removed with a warning; each input
             pipeline of several gets its own `-pipeline<i>of<n>` suffix), or None.
+            A file cache records what it holds in `<path>.fingerprint.json` (see
+            `tfaccel.data.cache`): one built from other data is never read.
         shuffle_buffer: "auto" (see `tfaccel.data.sizing`), a positive int, or
             None for no shuffle. Ignored when not training.
         seed: shuffle seed; with `deterministic=True` the element order is the
@@ -158,6 +162,10 @@ def pipeline(
             `tf.errors.InvalidArgumentError` when the data is read. Off by default:
             it costs one `is_finite` pass over every element's features (before the
             cache, so once when cached; every epoch without a cache).
+        cache_mismatch: what a file cache built from other data (another source
+            fingerprint, element shape/dtype or preprocess, or no fingerprint file)
+            gets: "rebuild" (its files are removed, with a `CacheMismatchWarning`)
+            or "error" (`CacheMismatchError`).
 
     Returns:
         A `tf.data.Dataset` of global batches, or a `DatasetFn` producing
@@ -166,7 +174,9 @@ def pipeline(
     Raises:
         ValueError: `batch_size` not a positive int or not divisible by the
             replicas, `augment` with `training=False`, a bad `cache` /
-            `shuffle_buffer` / `repeat`, or a shuffle buffer over the budget.
+            `shuffle_buffer` / `repeat` / `cache_mismatch`, or a shuffle buffer
+            over the budget.
+        CacheMismatchError: with `cache_mismatch="error"`, a file cache of other data.
         FileNotFoundError: the cache path's directory does not exist.
         TypeError: `source` is not a dataset or function, training elements are
             not `(features, label)` pairs, or `preprocess` / `augment` /
@@ -199,6 +209,10 @@ def pipeline(
     elif not isinstance(repeat, int) or repeat < 1:
         raise ValueError(f"repeat must be True/False or a positive int, got {repeat!r}.")
     sizing.check_request(shuffle_buffer)
+    if cache_mismatch not in cache_lib.MISMATCH_MODES:
+        raise ValueError(
+            f"cache_mismatch must be one of {cache_lib.MISMATCH_MODES}, got {cache_mismatch!r}."
+        )
     multi_worker = isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy)
     if drop_remainder is None:
         drop_remainder = bool(training and (replicas > 1 or jit_compile))
@@ -220,6 +234,7 @@ def pipeline(
         batch_map=batch_map,
         replicas=replicas,
         check_finite=bool(check_finite),
+        cache_mismatch=cache_mismatch,
     )
     if replicas > 1 or multi_worker:
         fn = DatasetFn(config, strategy)
@@ -319,6 +334,7 @@ def _build(config: _Config, context: tf.distribute.InputContext | None):
 
     self_sharding = not isinstance(config.source, tf.data.Dataset)
     dataset = config.source(context) if self_sharding else config.source
+    source = dataset
     if not isinstance(dataset, tf.data.Dataset):
         raise TypeError(f"the source function returned {type(dataset).__name__}, not a Dataset.")
     info = source_info(dataset)
@@ -365,6 +381,12 @@ def _build(config: _Config, context: tf.distribute.InputContext | None):
     elif config.cache is not None:
         path = config.cache if pipelines == 1 else f"{config.cache}-pipeline{index}of{pipelines}"
         cache_lib.recover_stale_lock(path)
+        record = cache_lib.record_of(
+            str(fingerprint.of_dataset(source)),
+            fingerprint.element_spec_text(dataset),
+            fingerprint.function_identity(config.preprocess),
+        )
+        cache_lib.check_fingerprint(path, record, config.cache_mismatch)
         dataset = dataset.cache(path)
         plan.add("cache", to=f"file {path}")
 

@@ -20,6 +20,8 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
+from tfaccel.data import fingerprint
+
 AUTOTUNE = tf.data.AUTOTUNE
 _SOURCE_ATTR = "_tfaccel_source"
 _CSV_SAMPLE_ROWS = 1000
@@ -36,6 +38,8 @@ class SourceInfo:
         finish: turns a (sharded) `raw` dataset into the source's elements.
         units: what `raw` holds ("files" or "elements").
         count: how many units `raw` holds.
+        identity: returns `(content digest, what it covers)` for `tfaccel.data.fingerprint`;
+            None when the content cannot be seen cheaply.
     """
 
     kind: str
@@ -44,6 +48,7 @@ class SourceInfo:
     finish: Callable[[tf.data.Dataset], tf.data.Dataset] | None = None
     units: str = "elements"
     count: int | None = None
+    identity: Callable[[], tuple[str, str]] | None = None
 
 
 def attach_source(dataset: tf.data.Dataset, info: SourceInfo) -> tf.data.Dataset:
@@ -113,7 +118,10 @@ def from_arrays(x: Any, y: Any = None) -> tf.data.Dataset:
         )
     dataset = tf.data.Dataset.from_tensor_slices(x if y is None else (x, y))
     count = lengths.pop() if lengths else None
-    return attach_source(dataset, SourceInfo("arrays", {"elements": count}, count=count))
+    digest = fingerprint.digest_arrays(x if y is None else (x, y))
+    how = f"{count} rows' arrays (each over 8 MiB by evenly spaced rows)"
+    info = SourceInfo("arrays", {"elements": count}, count=count, identity=lambda: (digest, how))
+    return attach_source(dataset, info)
 
 
 def _leaves(structure: Any) -> list:
@@ -292,7 +300,12 @@ def from_csv(
         return {name: columns[name] for name in features}, target
 
     dataset = dataset.map(to_pair, num_parallel_calls=AUTOTUNE)
-    return attach_source(dataset, SourceInfo("csv", {"path": path, "label": label}))
+    info = SourceInfo(
+        "csv",
+        {"path": path, "label": label},
+        identity=fingerprint.files_identity([path], names, missing),
+    )
+    return attach_source(dataset, info)
 
 
 _MISSING = ("zero", "nan", "error")
@@ -418,6 +431,9 @@ def from_tfrecords(
         finish=finish,
         units="files",
         count=len(files),
+        identity=fingerprint.files_identity(
+            files, getattr(parse_fn, "__qualname__", ""), compression
+        ),
     )
     return attach_source(dataset, info)
 

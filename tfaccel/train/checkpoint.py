@@ -31,9 +31,12 @@ REFUSED = {
     "steps_per_epoch": "steps per epoch",
     "optimizer": "optimizer type",
     "accumulate_steps": "gradient accumulation (accumulate_steps)",
+    "data": "training data",
 }
 # Entries whose change moves the data position: the saved iterator is not restored.
 POSITION_KEYS = ("global_batch", "steps_per_epoch", "accumulate_steps")
+# ...and those whose change makes the saved iterator's data other data (same position).
+ITERATOR_KEYS = (*POSITION_KEYS, "data")
 RESUME_MODES = ("auto", "force")
 
 
@@ -135,7 +138,8 @@ class CheckpointState:
         Args:
             run_shape: this run's shape (global batch, steps per epoch, optimizer...),
                 compared with the saved one and stored in later checkpoints.
-            resume: "auto" refuses a changed global batch / steps per epoch / optimizer;
+            resume: "auto" refuses a changed global batch / steps per epoch / optimizer /
+                training data (content fingerprint, see `tfaccel.data.fingerprint`);
                 "force" accepts them (the optimizer then starts fresh when its type
                 changed; when the batching did, the input iterator is not restored and
                 the data is fast-forwarded past the examples already trained on).
@@ -188,13 +192,16 @@ class CheckpointState:
         }
         if changed and resume != "force":
             what = "; ".join(
-                f"{REFUSED[k]}: saved {a!r}, now {b!r}" for k, (a, b) in changed.items()
+                f"the training data changed (fingerprint saved {a}, now {b})"
+                if k == "data"
+                else f"{REFUSED[k]}: saved {a!r}, now {b!r}"
+                for k, (a, b) in changed.items()
             )
             raise CheckpointMismatchError(
-                f"{self.directory} holds a checkpoint of a run with a different shape ({what}). "
-                "Resuming would silently train with other settings than the ones saved. Use "
-                "the saved settings, a new checkpoint_dir, or fit(..., resume='force') to "
-                "continue from the checkpoint with the new settings."
+                f"{self.directory} holds a checkpoint of a run with a different shape or data "
+                f"({what}). Resuming would silently train with other settings or data than "
+                "the ones saved. Use the saved settings and data, a new checkpoint_dir, or "
+                "fit(..., resume='force') to continue from the checkpoint with the new ones."
             )
         if saved.get("dataset") and new.get("dataset") and saved["dataset"] != new["dataset"]:
             warnings.warn(
@@ -208,6 +215,9 @@ class CheckpointState:
                 + (
                     "; the optimizer starts fresh (its slots are not restored)."
                     if key == "optimizer"
+                    else "; the saved input position is not restored: training continues from "
+                    "the saved step on the new data, past as many batches as were trained on."
+                    if key == "data"
                     else "; the data continues after the examples already trained on and the "
                     "interrupted epoch counts its steps from 0."
                 ),
@@ -219,7 +229,7 @@ class CheckpointState:
         skip = set()
         if "optimizer" in self.changed:
             skip.add("optimizer")
-        if any(key in self.changed for key in POSITION_KEYS):
+        if any(key in self.changed for key in ITERATOR_KEYS):
             skip.add("iterator")
         return skip
 

@@ -24,8 +24,9 @@ import warnings
 import keras
 import tensorflow as tf
 
+from tfaccel.data import fingerprint
 from tfaccel.train import accumulation, hyperparameters, inputs
-from tfaccel.train.checkpoint import POSITION_KEYS, RESUME_MODES, CheckpointState
+from tfaccel.train.checkpoint import ITERATOR_KEYS, POSITION_KEYS, RESUME_MODES, CheckpointState
 from tfaccel.train.faults import PreemptionWatcher, TrainingDivergedError
 from tfaccel.train.progress import ProgressBar
 
@@ -77,8 +78,8 @@ class FitLoop:
         self.restore_on_divergence = restore_on_divergence
         self.exit_on_preemption = exit_on_preemption
 
-        data_fingerprint = inputs.fingerprint(train_data)
-        cardinality = int(inputs.sample_dataset(train_data).cardinality())
+        sample = inputs.sample_dataset(train_data)
+        cardinality = int(sample.cardinality())
         self.stream = steps_per_epoch is not None or cardinality >= 0
         if steps_per_epoch is None and cardinality >= 0:
             steps_per_epoch = cardinality
@@ -106,9 +107,8 @@ class FitLoop:
         if resume not in RESUME_MODES:
             raise ValueError(
                 f"resume must be one of {RESUME_MODES}, got {resume!r}: 'auto' refuses a "
-                "checkpoint of a run with another global batch, steps per epoch, optimizer or "
-                "accumulate_steps; "
-                "'force' accepts it."
+                "checkpoint of a run with another global batch, steps per epoch, optimizer, "
+                "accumulate_steps or training data; 'force' accepts it."
             )
         self.resume = resume
         self.verbose = verbose
@@ -117,10 +117,19 @@ class FitLoop:
             "steps_per_epoch": steps_per_epoch,
             "optimizer": trainer.optimizer_type(),
             "accumulate_steps": self.accumulate,
-            "dataset": data_fingerprint,
+            "dataset": fingerprint.describe_spec(sample),
             "hyperparameters": hyperparameters.of(trainer.optimizer),
         }
         if checkpoint_dir is not None:
+            identity = fingerprint.of_dataset(sample)
+            if identity.content is not None:
+                self.run_shape["data"] = str(identity)
+            else:
+                logger.info(
+                    "The training data's content cannot be fingerprinted (%s): a resumed run "
+                    "checks only its element shapes and length.",
+                    identity.how,
+                )
             self.ckpt = CheckpointState(
                 checkpoint_dir, trainer.strategy, keep, **trainer.checkpoint_objects()
             )
@@ -350,7 +359,7 @@ class FitLoop:
 
     def _iterator_not_restored(self) -> bool:
         changed = self.ckpt.changed if self.ckpt is not None else {}
-        return any(key in changed for key in POSITION_KEYS)
+        return any(key in changed for key in ITERATOR_KEYS)
 
     def _check_divergence(self, loop_loss: float) -> None:
         if math.isfinite(loop_loss):

@@ -193,18 +193,6 @@ def check_finite(dataset: tf.data.Dataset, steps_per_epoch: int | None, what: st
         )
 
 
-def fingerprint(data) -> str:
-    """A cheap description of the data for resume checks: element dtypes and shapes, length."""
-    sample = sample_dataset(data)
-    spec = tf.nest.map_structure(
-        lambda s: f"{s.dtype.name}{s.shape.as_list()[1:] if s.shape.rank else []}",
-        sample.element_spec,
-    )
-    count = int(sample.cardinality())
-    length = {-1: "infinite", -2: "unknown length"}.get(count, f"{count} batches")
-    return f"{spec}, {length}"
-
-
 def distribute(strategy: tf.distribute.Strategy, data):
     """Returns the distributed dataset to iterate under `strategy`."""
     if is_dataset_fn(data):

@@ -284,10 +284,13 @@ class Trainer:
             exit_on_preemption: after SIGTERM/SIGINT, save and exit with status 0 (else
                 return, with `trainer.preempted` set).
             resume: "auto" resumes from the newest readable checkpoint in `checkpoint_dir`
-                and refuses one saved with another global batch, steps per epoch or
-                optimizer type; "force" accepts those (with new batching the data
+                and refuses one saved with another global batch, steps per epoch,
+                optimizer type or training data (its content fingerprint: "the training
+                data changed"); "force" accepts those (with new batching the data
                 continues after the examples already trained on and the interrupted
-                epoch counts from 0; a new optimizer type starts with fresh slots).
+                epoch counts from 0; new data continues from the saved step, its input
+                position skipped to, not restored; a new optimizer type starts with
+                fresh slots).
 
         Raises:
             ValueError: an unbatched or empty dataset, elements not

@@ -6,7 +6,7 @@ import dataclasses
 import math
 import os
 
-REASONS = ("ok", "oom", "budget", "limit")
+REASONS = ("ok", "oom", "budget", "limit", "data")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -67,6 +67,10 @@ class BatchSizeReport:
         memory_kind: "device" (GPU allocator peak) or "host" (RSS growth on CPU).
         probe_seconds: wall time of the whole search.
         effective_batch_size: the effective batch asked for (None if none was).
+        capped_by: what ended the search: "memory" (a candidate ran out of memory or
+            over the budget), "data" (the next candidate exceeded the data's examples) or
+            "limit" (it exceeded `limit`); None for reports from older versions.
+        examples: the data's examples, when known or counted.
         accumulate_steps: for it, the fewest batches to accumulate per applied step so
             that each one fits: pass `Trainer(accumulate_steps=...)` with a global batch of
             `effective_batch_size // accumulate_steps` (None without an effective batch).
@@ -82,6 +86,8 @@ class BatchSizeReport:
     probe_seconds: float
     effective_batch_size: int | None = None
     accumulate_steps: int | None = None
+    capped_by: str | None = None
+    examples: int | None = None
 
     @property
     def accumulation_batch_size(self) -> int | None:
@@ -146,6 +152,8 @@ class BatchSizeReport:
             f"{self.memory_kind} memory budget {budget} MiB; {self.mode} search in "
             f"{self.probe_seconds:.1f} s"
         )
+        if self.capped_by is not None:
+            text.append(f"search capped by {_CAPS[self.capped_by].format(self.examples)}")
         if self.accumulate_steps is not None:
             text.append(
                 f"effective batch {self.effective_batch_size} = {self.accumulate_steps} x "
@@ -215,6 +223,13 @@ class BatchSizeReport:
             os.makedirs(directory, exist_ok=True)
         figure.savefig(path, format="png")
         return path
+
+
+_CAPS = {
+    "memory": "memory: a larger batch did not fit",
+    "data": "the data: it holds {} examples, so no larger batch was tried",
+    "limit": "limit: no larger batch was tried",
+}
 
 
 def _num(value: float | None, digits: int) -> str:

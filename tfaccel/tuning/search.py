@@ -88,6 +88,16 @@ class _Search:
         self.predict = budget is not None
         self.clock = clock
         self.rows: list[ProbeRow] = []
+        self.examples = inputs.count_examples(data)  # None: counted when a batch needs it
+
+    def has_examples(self, batch_size: int) -> bool:
+        """Whether the data holds at least `batch_size` examples (counting only that many)."""
+        if self.examples is None:
+            count = int(self.data.take(batch_size).reduce(0, lambda n, _: n + 1))
+            if count >= batch_size:
+                return True
+            self.examples = count
+        return batch_size <= self.examples
 
     def _fitted(self) -> list[tuple[int, float]]:
         return [(r.batch_size, r.peak_memory_mb) for r in self.rows if r.fits]
@@ -176,6 +186,9 @@ def find_batch_size(
     the candidate. Candidates: `start`, 2×`start`, 4×`start`, ... until one fails;
     "binsearch" then bisects between the last fit and the first failure on multiples
     of `granularity`. If `start` itself fails, the search halves it until one fits.
+    No candidate exceeds the data's examples (its length, or the examples counted up
+    to the candidate for data of unknown length): a larger batch would repeat
+    examples. The report's `capped_by` says what ended the search.
 
     Running out of memory is caught as `tf.errors.ResourceExhaustedError` or XLA's
     `RESOURCE_EXHAUSTED`. On a CPU, where running out of memory kills the process,
@@ -210,7 +223,8 @@ def find_batch_size(
         A `BatchSizeReport`.
 
     Raises:
-        ValueError: `start` < 1, `granularity` < 1, `steps` < 1, `limit` < `start`, an
+        ValueError: `start` < 1, `granularity` < 1, `steps` < 1, `limit` < `start`, data
+            with fewer examples than replicas, an
             unknown `mode`, `knee` outside [0, 1), a batched dataset, data that is not
             `(x, y)`, or an `effective_batch_size` < 1 or not a multiple of the replicas.
         TypeError: `build_model` returns something other than a `keras.Model`.
@@ -276,6 +290,9 @@ def find_batch_size(
         release_memory()  # the last probe's model and data
     rows = search.rows
     max_batch_size = max(r.batch_size for r in rows if r.fits)
+    capped_by = next((r.reason for r in rows if r.reason in ("data", "limit")), None)
+    if any(r.reason in ("oom", "budget") for r in rows):
+        capped_by = "memory"
     return BatchSizeReport(
         max_batch_size=max_batch_size,
         best_batch_size=knee_batch_size(rows, knee) or largest,
@@ -286,6 +303,8 @@ def find_batch_size(
         memory_kind="device" if meter.on_gpu else "host",
         probe_seconds=time.perf_counter() - began,
         effective_batch_size=effective_batch_size,
+        capped_by=capped_by,
+        examples=search.examples,
         accumulate_steps=(
             None
             if effective_batch_size is None
@@ -314,11 +333,25 @@ def _explore(search: _Search, start, limit, mode, step: int, replicas: int) -> i
     def round_up(b: int) -> int:
         return -(-b // replicas) * replicas
 
-    largest, failed = None, None
+    largest, failed, capped = None, None, None
     batch = round_up(start)
     while True:
         if limit is not None and batch > limit:
             search.rows.append(ProbeRow(batch, False, None, None, "limit"))
+            capped = limit
+            break
+        if not search.has_examples(batch):
+            fewer = search.examples // replicas * replicas
+            if largest is None and fewer >= replicas:  # start above the data: start at it
+                batch = fewer
+                continue
+            if largest is None:
+                raise ValueError(
+                    f"The data holds {search.examples} example(s), fewer than the "
+                    f"{replicas} replicas: not one example per replica."
+                )
+            search.rows.append(ProbeRow(batch, False, None, None, "data"))
+            capped = search.examples
             break
         row = search.probe(batch)
         if not row.fits:
@@ -347,7 +380,7 @@ def _explore(search: _Search, start, limit, mode, step: int, replicas: int) -> i
                 "(tfaccel blocks' remat=True), mixed precision, or a larger memory_budget_mb."
             )
     if mode == "binsearch":
-        upper = failed if failed is not None else limit + 1
+        upper = failed if failed is not None else capped + 1
         while True:
             first = (largest // step + 1) * step
             candidates = list(range(first, upper, step))
