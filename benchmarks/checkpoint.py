@@ -18,7 +18,6 @@ minute on a CPU, most of it building the model.
 from __future__ import annotations
 
 import argparse
-import json
 import pathlib
 import statistics
 import tempfile
@@ -29,6 +28,7 @@ import numpy as np
 import tensorflow as tf
 
 import tfaccel
+from tfaccel import strict_json
 from tfaccel.train.checkpoint import CheckpointState
 
 RESULTS = pathlib.Path(__file__).parent / "results" / "checkpoint.json"
@@ -84,10 +84,10 @@ def main() -> None:
         "checkpoint_over_weights": checkpoint_bytes / weight_bytes,
         "quick": args.quick,
     }
-    print(json.dumps(results, indent=2))
+    print(strict_json.dumps(results, indent=2))
     if not args.quick:
         RESULTS.parent.mkdir(exist_ok=True)
-        RESULTS.write_text(json.dumps(results, indent=2))
+        RESULTS.write_text(strict_json.dumps(results, indent=2))
 
 
 if __name__ == "__main__":
