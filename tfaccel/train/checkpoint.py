@@ -201,13 +201,16 @@ class CheckpointState:
         """resume="never": the checkpoints present are replaced (deleted at the first save)."""
         self.superseded = files.numbers(self.directory)
         named = files.state_names(self.directory)
-        if self.superseded or named:
-            old = [f"{files.PREFIX}-{n}" for n in self.superseded] or named
-            warnings.warn(
-                f"resume='never': starting from step 0 in {self.directory}; its checkpoints "
-                f"({', '.join(old)}) are deleted at this run's first save.",
-                stacklevel=4,
-            )
+        if self.superseded:
+            old = ", ".join(f"{files.PREFIX}-{n}" for n in self.superseded)
+            what = f"its checkpoints ({old}) are deleted at this run's first save"
+        elif named:
+            what = f"its state file (naming {', '.join(named)}) is rewritten at the first save"
+        else:
+            return
+        warnings.warn(
+            f"resume='never': starting from step 0 in {self.directory}; {what}.", stacklevel=4
+        )
 
     def _compare(self, saved: dict | None, resume: str) -> dict:
         """Returns {entry: (saved, new)} for refused entries that changed (or raises)."""

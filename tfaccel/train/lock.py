@@ -16,6 +16,7 @@ Remote directories (`gs://...`) cannot be locked this way and are not locked.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -71,11 +72,10 @@ class DirectoryLock:
         if self.remote:
             logger.info("%s is not a local path: it is not locked against other runs.", self.path)
             return self
-        for _ in range(10):  # another start may take or move the file between two looks
+        deadline = time.monotonic() + 10.0  # another start may be taking it meanwhile
+        while True:
             if self._create():
-                self.held = True
-                self._start_heartbeat()
-                return self
+                return self._hold()
             holder = self._read(self.path)
             if holder is None:
                 continue  # released meanwhile
@@ -87,13 +87,21 @@ class DirectoryLock:
                     "checkpoints. Wait for it to end, stop it, or use another checkpoint_dir. "
                     f"If that run is gone, delete {self.path}."
                 )
-            if self._remove_stale(holder):
+            if self._take_over(holder):
                 warnings.warn(
                     f"Took over the lock of {self.directory} from a run that is gone ({why}; "
                     f"{describe(holder)}).",
                     stacklevel=3,
                 )
-        raise CheckpointLockedError(f"Could not take the lock {self.path}: it keeps changing.")
+                return self._hold()
+            if time.monotonic() > deadline:
+                raise CheckpointLockedError(f"Could not take {self.path}: it keeps changing.")
+            time.sleep(0.02)
+
+    def _hold(self) -> DirectoryLock:
+        self.held = True
+        self._start_heartbeat()
+        return self
 
     def _record(self, since: float | None = None) -> dict:
         now = time.time()
@@ -150,23 +158,33 @@ class DirectoryLock:
             return f"no refresh for {age:.0f} s > {self.stale_after:.0f} s"
         return None
 
-    def _remove_stale(self, holder: dict) -> bool:
-        """Moves the stale lock away unless another run replaced it meanwhile."""
-        aside = os.path.join(self.directory, f".{NAME}.{uuid.uuid4().hex}.stale")
+    def _take_over(self, holder: dict) -> bool:
+        """Replaces the stale lock `holder` by this run's, unless another start was first.
+
+        One start at a time (the one that creates `<lock>.takeover`) checks that the
+        lock is still `holder` and replaces it atomically; the lock never disappears
+        meanwhile, so no plain start can slip in.
+        """
+        guard = self.path + ".takeover"
+        temporary = self._temporary(self._record())
         try:
-            os.rename(self.path, aside)
-        except FileNotFoundError:
-            return False
-        moved = self._read(aside)
-        if moved is not None and moved.get("token") != holder.get("token"):
-            try:  # a new holder's lock: put it back
-                os.link(aside, self.path)
+            try:
+                os.link(temporary, guard)
             except FileExistsError:
-                pass
-            os.remove(aside)
-            return False
-        os.remove(aside)
-        return True
+                with contextlib.suppress(OSError):  # left by a start that died in between
+                    if time.time() - os.path.getmtime(guard) > 30:
+                        os.remove(guard)
+                return False
+            try:
+                if self._read(self.path) != holder:
+                    return False
+                os.replace(temporary, self.path)
+                return True
+            finally:
+                os.remove(guard)
+        finally:
+            with contextlib.suppress(FileNotFoundError):
+                os.remove(temporary)
 
     # -- holding it -------------------------------------------------------------------
 
