@@ -186,7 +186,15 @@ def test_the_lock_is_held_refreshed_and_released_when_fit_returns_or_raises(tmp_
     fit(directory, epochs=2)  # the same process may take the directory again
 
 
-def test_racing_starts_cannot_both_win(tmp_path):
+def no_hard_links(source, target):
+    raise PermissionError(1, "Operation not permitted")  # as on some network file systems
+
+
+@pytest.mark.parametrize("links", [True, False], ids=["hard links", "exclusive create"])
+def test_racing_starts_cannot_both_win(tmp_path, monkeypatch, links):
+    if not links:
+        monkeypatch.setattr(lock.os, "link", no_hard_links)
+
     def race(count):
         results = []
 

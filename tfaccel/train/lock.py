@@ -1,17 +1,19 @@
 """Who owns this directory: the lock a training run holds on its checkpoint directory.
 
 A run (its chief) owns `checkpoint_dir` while it trains: the file `<dir>/tfaccel.lock`
-names its host, pid, the process's start time, when the lock was taken and when it was
-last refreshed (at every save, and by a heartbeat every `STALE_AFTER / 10` seconds).
-A second run finds the file and stops with `CheckpointLockedError`, unless the lock is
-stale: on the same host, its process is gone (or the pid now belongs to a process
-started at another time); from another host (shared file systems), its last refresh is
-older than `STALE_AFTER` seconds. A stale lock is taken over with a warning, so a
-SIGKILLed run never blocks the next one.
+names its host (and pid namespace), pid, the process's start time, when the lock was
+taken and when it was last refreshed (at every save, and by a heartbeat every
+`STALE_AFTER / 10` seconds). A second run finds the file and stops with
+`CheckpointLockedError`, unless the lock is stale: on the same host, its process is
+gone (or the pid now belongs to a process started at another time); from another host
+(or pid namespace) on a shared file system, its last refresh is older than
+`STALE_AFTER` seconds. A stale lock is taken over with a warning, so a SIGKILLed run
+never blocks the next one.
 
 The lock is created atomically (a complete temporary file hard-linked to the lock's
-name, which fails when that name exists), so of two racing starts only one wins.
-Remote directories (`gs://...`) cannot be locked this way and are not locked.
+name, which fails when that name exists; an exclusive create where there are no hard
+links), so of two racing starts only one wins. Remote directories (`gs://...`) cannot
+be locked this way and are not locked.
 """
 
 from __future__ import annotations
@@ -108,6 +110,7 @@ class DirectoryLock:
         process = psutil.Process()
         return {
             "host": socket.gethostname(),
+            "pid_namespace": _pid_namespace(),
             "pid": os.getpid(),
             "process_started": process.create_time(),
             "since": since or now,
@@ -124,10 +127,7 @@ class DirectoryLock:
     def _create(self) -> bool:
         temporary = self._temporary(self._record())
         try:
-            os.link(temporary, self.path)  # fails when the name exists: atomic
-            return True
-        except FileExistsError:
-            return False
+            return _place(temporary, self.path)
         finally:
             os.remove(temporary)
 
@@ -148,7 +148,9 @@ class DirectoryLock:
 
     def _stale(self, holder: dict) -> str | None:
         """Why the lock `holder` is stale, or None when its run may still be alive."""
-        if holder.get("host") == socket.gethostname() and isinstance(holder.get("pid"), int):
+        here = holder.get("host") == socket.gethostname()
+        here = here and holder.get("pid_namespace", _pid_namespace()) == _pid_namespace()
+        if here and isinstance(holder.get("pid"), int):
             return _gone(holder["pid"], holder.get("process_started"))
         refreshed = holder.get("refreshed")
         if not isinstance(refreshed, (int, float)):
@@ -168,9 +170,7 @@ class DirectoryLock:
         guard = self.path + ".takeover"
         temporary = self._temporary(self._record())
         try:
-            try:
-                os.link(temporary, guard)
-            except FileExistsError:
+            if not _place(temporary, guard):
                 with contextlib.suppress(OSError):  # left by a start that died in between
                     if time.time() - os.path.getmtime(guard) > 30:
                         os.remove(guard)
@@ -234,6 +234,30 @@ class DirectoryLock:
             current = self._read(self.path)
             if current is not None and current.get("token") == self.token:
                 os.remove(self.path)
+
+
+def _place(temporary: str, path: str) -> bool:
+    """Gives `path` the content of `temporary` unless `path` exists, atomically."""
+    try:
+        os.link(temporary, path)  # fails when the name exists; the file is complete
+    except FileExistsError:
+        return False
+    except OSError:  # a file system without hard links: exclusive create, then write
+        try:
+            descriptor = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+        except FileExistsError:
+            return False
+        with os.fdopen(descriptor, "w") as handle, open(temporary) as source:
+            handle.write(source.read())
+    return True
+
+
+def _pid_namespace() -> str | None:
+    """This process's pid namespace (containers sharing a host name may differ), or None."""
+    try:
+        return os.readlink("/proc/self/ns/pid")
+    except OSError:
+        return None
 
 
 def _gone(pid: int, started) -> str | None:
