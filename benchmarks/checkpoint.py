@@ -60,15 +60,18 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as directory:
         trainer.fit(data, epochs=1, verbose=0, checkpoint_dir=directory)  # slots + ckpt-1
         state = CheckpointState(directory, trainer.strategy, keep=2, **trainer.checkpoint_objects())
-        state.save(2)  # warm-up
-        seconds = []
-        for step in range(3, 3 + saves):
+        try:
+            state.save(2)  # warm-up
+            seconds = []
+            for step in range(3, 3 + saves):
+                start = time.perf_counter()
+                state.save(step)
+                seconds.append(time.perf_counter() - start)
             start = time.perf_counter()
-            state.save(step)
-            seconds.append(time.perf_counter() - start)
-        start = time.perf_counter()
-        state.restore()
-        restore_seconds = time.perf_counter() - start
+            state.restore()
+            restore_seconds = time.perf_counter() - start
+        finally:
+            state.close()
         files = list(pathlib.Path(directory).glob(f"ckpt-{2 + saves}.*"))
         checkpoint_bytes = sum(p.stat().st_size for p in files)
     weight_bytes = sum(w.nbytes for w in trainer.model.get_weights())

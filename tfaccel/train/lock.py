@@ -83,8 +83,12 @@ class DirectoryLock:
                 continue  # released meanwhile
             why = self._stale(holder)
             if why is None:
+                mine = (
+                    holder.get("pid") == os.getpid() and holder.get("host") == socket.gethostname()
+                )
                 raise CheckpointLockedError(
-                    f"{self.directory} is in use by another training run ({describe(holder)}). "
+                    f"{self.directory} is in use by another training run ({describe(holder)}"
+                    f"{': this process, another fit still running' if mine else ''}). "
                     "Two runs on one checkpoint_dir would overwrite and delete each other's "
                     "checkpoints. Wait for it to end, stop it, or use another checkpoint_dir. "
                     f"If that run is gone, delete {self.path}."
