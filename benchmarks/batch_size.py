@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import gc
-import json
 import pathlib
 import statistics
 import time
@@ -31,6 +30,7 @@ import numpy as np
 import tensorflow as tf
 
 import tfaccel
+from tfaccel import strict_json
 
 RESULTS = pathlib.Path(__file__).parent / "results"
 EPOCH_EXAMPLES = 50_000
@@ -157,9 +157,9 @@ def main(argv=None) -> dict:
     }
     stem = "batch_size.quick" if args.quick else "batch_size"
     RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / f"{stem}.json").write_text(json.dumps(results, indent=2))
+    (RESULTS / f"{stem}.json").write_text(strict_json.dumps(results, indent=2))
     report.plot(RESULTS / f"{stem}.png")
-    print(json.dumps({k: v for k, v in results.items() if k != "report"}, indent=2))
+    print(strict_json.dumps({k: v for k, v in results.items() if k != "report"}, indent=2))
     return results
 
 

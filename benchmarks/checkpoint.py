@@ -23,7 +23,6 @@ minute on a CPU, most of it building the model.
 from __future__ import annotations
 
 import argparse
-import json
 import pathlib
 import statistics
 import tempfile
@@ -34,6 +33,7 @@ import numpy as np
 import tensorflow as tf
 
 import tfaccel
+from tfaccel import strict_json
 from tfaccel.data import fingerprint
 from tfaccel.train.checkpoint import CheckpointState
 
@@ -88,15 +88,18 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as directory:
         trainer.fit(data, epochs=1, verbose=0, checkpoint_dir=directory)  # slots + ckpt-1
         state = CheckpointState(directory, trainer.strategy, keep=2, **trainer.checkpoint_objects())
-        state.save(2)  # warm-up
-        seconds = []
-        for step in range(3, 3 + saves):
+        try:
+            state.save(2)  # warm-up
+            seconds = []
+            for step in range(3, 3 + saves):
+                start = time.perf_counter()
+                state.save(step)
+                seconds.append(time.perf_counter() - start)
             start = time.perf_counter()
-            state.save(step)
-            seconds.append(time.perf_counter() - start)
-        start = time.perf_counter()
-        state.restore()
-        restore_seconds = time.perf_counter() - start
+            state.restore()
+            restore_seconds = time.perf_counter() - start
+        finally:
+            state.close()
         files = list(pathlib.Path(directory).glob(f"ckpt-{2 + saves}.*"))
         checkpoint_bytes = sum(p.stat().st_size for p in files)
     weight_bytes = sum(w.nbytes for w in trainer.model.get_weights())
@@ -113,10 +116,10 @@ def main() -> None:
         "quick": args.quick,
         **fingerprint_seconds(),
     }
-    print(json.dumps(results, indent=2))
+    print(strict_json.dumps(results, indent=2))
     if not args.quick:
         RESULTS.parent.mkdir(exist_ok=True)
-        RESULTS.write_text(json.dumps(results, indent=2))
+        RESULTS.write_text(strict_json.dumps(results, indent=2))
 
 
 if __name__ == "__main__":

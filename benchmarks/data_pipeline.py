@@ -28,7 +28,6 @@ Usage: python benchmarks/data_pipeline.py [--images 2000] [--rounds 15] [--batch
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import platform
 import statistics
@@ -40,7 +39,7 @@ import numpy as np
 import tensorflow as tf
 from PIL import Image
 
-from tfaccel import data
+from tfaccel import data, strict_json
 
 AUTOTUNE = tf.data.AUTOTUNE
 SIZE = 32
@@ -214,7 +213,7 @@ def main(argv: list[str] | None = None) -> dict:
     }
     os.makedirs(os.path.dirname(args.out), exist_ok=True)
     with open(args.out, "w") as handle:
-        json.dump(report, handle, indent=2)
+        handle.write(strict_json.dumps(report, indent=2))
     print(plan)
     print(
         "medians: " + ", ".join(f"{n} {v:,.0f}/s" for n, v in medians.items()),

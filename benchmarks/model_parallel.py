@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import gc
-import json
 import pathlib
 import statistics
 import time
@@ -34,6 +33,7 @@ import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
 import tfaccel  # noqa: E402
+from tfaccel import strict_json  # noqa: E402
 
 RESULTS = pathlib.Path(__file__).parent / "results" / "model_parallel.json"
 
@@ -141,8 +141,8 @@ def main(argv=None) -> dict:
             "naive (1 micro-batch) and pipelined (4 micro-batches)."
         )
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(json.dumps(results, indent=2, default=str))
-    print(json.dumps(results, indent=2, default=str))
+    RESULTS.write_text(strict_json.dumps(results, indent=2, default=str))
+    print(strict_json.dumps(results, indent=2, default=str))
     return results
 
 

@@ -33,6 +33,8 @@ import statistics
 import sys
 import time
 
+from tfaccel import strict_json
+
 RESULTS = pathlib.Path(__file__).parent / "results" / "multi_worker.json"
 MODELS = {
     "mlp": {"per_worker_batch": 128, "description": "MLP 512-1024-1024-10"},
@@ -99,7 +101,7 @@ def worker(model: str, kind: str, accumulate: int, steps: int) -> None:
     elapsed = time.perf_counter() - start
     if config is None or config["task"]["index"] == 0:  # the chief reports
         rate = global_batch * batches / elapsed
-        print("RESULT " + json.dumps({"workers": workers, "examples_per_s": rate}))
+        print("RESULT " + strict_json.dumps({"workers": workers, "examples_per_s": rate}))
 
 
 class _Capture(io.StringIO):
@@ -170,8 +172,8 @@ def main(argv=None) -> dict:
         results[model] = summarize(model, rates, steps)
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
     if not args.quick:
-        RESULTS.write_text(json.dumps(results, indent=2))
-    print(json.dumps(results, indent=2))
+        RESULTS.write_text(strict_json.dumps(results, indent=2))
+    print(strict_json.dumps(results, indent=2))
     return results
 
 

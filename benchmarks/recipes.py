@@ -37,6 +37,7 @@ import numpy as np
 import tensorflow as tf
 
 import tfaccel
+from tfaccel import strict_json
 
 sys.path.insert(0, str(pathlib.Path(__file__).parents[1] / "recipes"))
 
@@ -184,7 +185,7 @@ def main(argv=None) -> dict:
             "tfaccel_over_baseline": rates["tfaccel"] / rates["baseline_fit"],
             "paired_tfaccel_over_baseline": statistics.median(paired),
         }
-        print(f"{name}: {json.dumps(results[name])}", flush=True)
+        print(f"{name}: {strict_json.dumps(results[name])}", flush=True)
         keras.backend.clear_session()
     results["targets"] = {
         f"{name}_tfaccel_over_baseline >= 1.5": value["paired_tfaccel_over_baseline"] >= 1.5
@@ -193,8 +194,8 @@ def main(argv=None) -> dict:
     }
     if not args.quick:
         RESULTS.parent.mkdir(parents=True, exist_ok=True)
-        RESULTS.write_text(json.dumps(results, indent=2))
-    print(json.dumps(results, indent=2))
+        RESULTS.write_text(strict_json.dumps(results, indent=2))
+    print(strict_json.dumps(results, indent=2))
     return results
 
 

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import gc
-import json
 import pathlib
 import statistics
 import time
@@ -23,6 +22,7 @@ import numpy as np
 import tensorflow as tf
 
 import tfaccel
+from tfaccel import strict_json
 
 RESULTS = pathlib.Path(__file__).parent / "results" / "trainer_vs_fit.json"
 
@@ -161,8 +161,8 @@ def main(argv=None) -> dict:
         "mlp_fraction_of_peak >= 0.85": results["mlp"]["fraction_of_matmul_peak"] >= 0.85,
     }
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(json.dumps(results, indent=2))
-    print(json.dumps(results, indent=2))
+    RESULTS.write_text(strict_json.dumps(results, indent=2))
+    print(strict_json.dumps(results, indent=2))
     return results
 
 

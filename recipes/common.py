@@ -13,7 +13,6 @@ from __future__ import annotations
 import argparse
 import csv
 import dataclasses
-import json
 import math
 import pathlib
 import sys
@@ -25,6 +24,7 @@ import numpy as np
 import tensorflow as tf
 
 import tfaccel
+from tfaccel import strict_json
 
 PRECISIONS = ("auto", "float32", "mixed_float16", "mixed_bfloat16")
 STRATEGIES = ("auto", "default", "mirrored")
@@ -457,7 +457,7 @@ def finish(
     print("Final: " + ", ".join(f"{k} {v:.4f}" for k, v in summary["final"].items()))
     print(f"Training throughput: {examples_per_sec:.1f} examples/s  (outputs in {run.out})")
     if run.is_chief:
-        (run.out / "metrics.json").write_text(json.dumps(summary, indent=2, default=str))
+        (run.out / "metrics.json").write_text(strict_json.dumps(summary, indent=2, default=str))
         several = bool(history) and isinstance(next(iter(history.values())), dict)
         plot_curves(
             history if several else read_history(run.out / "history.csv") or history,

@@ -14,7 +14,6 @@ Multi-worker on one machine: `tfaccel launch --workers 2 -- python recipes/digit
 
 from __future__ import annotations
 
-import json
 import pathlib
 import time
 
@@ -24,7 +23,7 @@ from sklearn.datasets import load_digits
 from sklearn.model_selection import train_test_split
 
 import tfaccel
-from tfaccel import callbacks
+from tfaccel import callbacks, strict_json
 
 
 def load(seed: int):
@@ -119,7 +118,7 @@ def main(argv=None) -> dict:
         "test_accuracy": results["accuracy"],
         "throughput": throughput.summary,
     }
-    (logdir / "summary.json").write_text(json.dumps(summary, indent=2, default=str))
+    (logdir / "summary.json").write_text(strict_json.dumps(summary, indent=2, default=str))
     common.finish(
         run,
         history,

@@ -27,6 +27,8 @@ import tempfile
 
 import keras
 
+from tfaccel import strict_json
+
 DIGITS_SHAPE = (8, 8, 1)
 
 
@@ -128,7 +130,7 @@ def train_worker(config: dict) -> None:
             "test_loss": results["loss"],
             "test_accuracy": results["accuracy"],
         }
-        (out / "summary.json").write_text(json.dumps(summary, indent=2))
+        (out / "summary.json").write_text(strict_json.dumps(summary, indent=2))
 
 
 class ReportToRay(keras.callbacks.Callback):

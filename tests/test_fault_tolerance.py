@@ -189,6 +189,7 @@ def test_crash_during_save_leaves_previous_checkpoint(tmp_path):
     state.checkpoint._write = crash
     with pytest.raises(OSError):
         state.save(99)
+    state.close()  # gives the directory up (its lock), as fit does when it ends
     assert tf.train.latest_checkpoint(str(tmp_path)).endswith("ckpt-8")
     fresh = make_trainer()
     with pytest.warns(UserWarning, match="ckpt-99 could not be read.*resumed from ckpt-8"):

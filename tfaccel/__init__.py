@@ -24,6 +24,7 @@ _NAMES = {
     "ResidualBlock": "tfaccel.blocks",
     "DeviceConfigError": "tfaccel.devices",
     "CheckpointCorruptError": "tfaccel.train",
+    "CheckpointLockedError": "tfaccel.train",
     "CheckpointMismatchError": "tfaccel.train",
     "Trainer": "tfaccel.train",
     "TrainingDivergedError": "tfaccel.train",
@@ -45,6 +46,7 @@ _REGISTERING = ("blocks", "parallel")
 __all__ = [
     "BottleneckBlock",
     "CheckpointCorruptError",
+    "CheckpointLockedError",
     "CheckpointMismatchError",
     "DeviceConfigError",
     "InceptionBlock",
@@ -78,6 +80,7 @@ if TYPE_CHECKING:  # what static tools and IDEs see
     from tfaccel.devices import DeviceConfigError
     from tfaccel.train import (
         CheckpointCorruptError,
+        CheckpointLockedError,
         CheckpointMismatchError,
         Trainer,
         TrainingDivergedError,

@@ -3,16 +3,15 @@
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 
 
 def _devices(args: argparse.Namespace) -> int:
-    from tfaccel import devices
+    from tfaccel import devices, strict_json
 
     report = devices.describe()
     if args.json:
-        print(json.dumps(report, indent=2, default=str))
+        print(strict_json.dumps(report, indent=2, default=str))
         return 0
     print(format_report(report))
     return 0

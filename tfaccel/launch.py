@@ -15,7 +15,6 @@ on one machine before a cluster:
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import signal
@@ -24,6 +23,8 @@ import subprocess
 import sys
 import threading
 import time
+
+from tfaccel import strict_json
 
 TIMEOUT_STATUS = 124
 NOT_FOUND_STATUS = 127
@@ -49,7 +50,9 @@ def free_ports(count: int) -> list[int]:
 def tf_config(ports: list[int], index: int) -> str:
     """The `TF_CONFIG` of worker `index` in a local cluster on `ports`."""
     workers = [f"127.0.0.1:{port}" for port in ports]
-    return json.dumps({"cluster": {"worker": workers}, "task": {"type": "worker", "index": index}})
+    return strict_json.dumps(
+        {"cluster": {"worker": workers}, "task": {"type": "worker", "index": index}}
+    )
 
 
 def worker_cores(index: int, cpus_per_worker: int | None) -> set[int] | None:

@@ -36,6 +36,8 @@ import warnings
 
 import psutil
 
+from tfaccel import strict_json
+
 
 class StaleCacheWarning(UserWarning):
     """A file cache left locked by an interrupted run was removed."""
@@ -208,4 +210,4 @@ def check_fingerprint(path: str, record: dict, mismatch: str = "rebuild") -> Non
         return  # a live writer (recover_stale_lock left its lock): its record stands
     if saved != record:
         with open(path + ".fingerprint.json", "w") as handle:
-            json.dump(record, handle, indent=1, sort_keys=True)
+            handle.write(strict_json.dumps(record, indent=1, sort_keys=True))

@@ -2,10 +2,12 @@
 
 from tfaccel.train.checkpoint import CheckpointCorruptError, CheckpointMismatchError
 from tfaccel.train.faults import TrainingDivergedError
+from tfaccel.train.lock import CheckpointLockedError
 from tfaccel.train.trainer import Trainer
 
 __all__ = [
     "CheckpointCorruptError",
+    "CheckpointLockedError",
     "CheckpointMismatchError",
     "Trainer",
     "TrainingDivergedError",

@@ -22,8 +22,10 @@ import warnings
 
 import tensorflow as tf
 
+from tfaccel import strict_json
 from tfaccel.train import checkpoint_files as files
 from tfaccel.train import hyperparameters
+from tfaccel.train.lock import DirectoryLock
 
 # Run-shape entries a resumed run must share (unless resume="force"), with how to name them.
 REFUSED = {
@@ -37,7 +39,7 @@ REFUSED = {
 POSITION_KEYS = ("global_batch", "steps_per_epoch", "accumulate_steps")
 # ...and those whose change makes the saved iterator's data other data (same position).
 ITERATOR_KEYS = (*POSITION_KEYS, "data")
-RESUME_MODES = ("auto", "force")
+RESUME_MODES = ("auto", "force", "never")
 
 
 class CheckpointMismatchError(ValueError):
@@ -69,7 +71,7 @@ class RunShape(tf.__internal__.tracking.Trackable):
 
     def _serialize_to_tensors(self):
         with tf.device("/cpu:0"):
-            return {"json": tf.constant(json.dumps(self.value, sort_keys=True))}
+            return {"json": tf.constant(strict_json.dumps(self.value, sort_keys=True))}
 
     def _restore_from_tensors(self, restored_tensors):
         return tf.no_op()  # read with `saved_run_shape`; the running values win
@@ -96,9 +98,10 @@ class CheckpointState:
         **objects: trackables to save (model, optimizer, step, epoch, iterator...).
 
     Raises:
-        ValueError: `keep` is not an integer >= 1.
+        ValueError: `keep` is not an integer >= 1, or `directory` is "".
         NotADirectoryError: `directory` is a file.
         PermissionError: the chief cannot write to `directory`.
+        CheckpointLockedError: another live run holds `directory`.
     """
 
     def __init__(self, directory: str, strategy, keep: int = 3, **objects):
@@ -113,8 +116,15 @@ class CheckpointState:
         self.objects["run_shape"] = self.run_shape
         self.checkpoint = tf.train.Checkpoint(**self.objects)
         self._write_dir = self.directory
+        # The chief owns the directory until `close()` (see `lock.py`).
+        self.lock = DirectoryLock(self.directory).acquire() if self.chief else None
+        self.superseded: list[int] = []  # resume="never": the old run's checkpoints
         if self.chief:
-            files.remove_temporaries(self.directory)
+            try:
+                files.remove_temporaries(self.directory)
+            except BaseException:
+                self.close()
+                raise
         else:
             task_id = strategy.cluster_resolver.task_id
             self._write_dir = os.path.join(self.directory, f".worker{task_id}-tmp")
@@ -124,6 +134,11 @@ class CheckpointState:
         self.saved_shape: dict | None = None
         self.changed: dict = {}
         self.new_metrics: list[str] = []
+
+    def close(self) -> None:
+        """Releases the directory (removes the lock file); call when `fit` ends."""
+        if self.lock is not None:
+            self.lock.release()
 
     def set(self, name: str, trackable) -> None:
         """Replaces a saved object (e.g. a new input iterator)."""
@@ -142,18 +157,23 @@ class CheckpointState:
                 training data (content fingerprint, see `tfaccel.data.fingerprint`);
                 "force" accepts them (the optimizer then starts fresh when its type
                 changed; when the batching did, the input iterator is not restored and
-                the data is fast-forwarded past the examples already trained on).
+                the data is fast-forwarded past the examples already trained on);
+                "never" restores nothing: the checkpoints present are deleted at this
+                run's first save (with one warning now).
 
         Raises:
             CheckpointMismatchError: the checkpoint does not match this model/trainer,
                 or the run shape changed and `resume` is not "force".
             CheckpointCorruptError: the directory holds checkpoint files but none can
-                be read.
+                be read, or a state file that names checkpoints and no checkpoint files.
         """
         if resume not in RESUME_MODES:
             raise ValueError(f"resume must be one of {RESUME_MODES}, got {resume!r}.")
         if run_shape is not None:
             self.run_shape.value = dict(run_shape)
+        if resume == "never":
+            self._supersede()
+            return None
         failed = []
         for number in files.numbers(self.directory):
             path = files.prefix(self.directory, number)
@@ -178,7 +198,30 @@ class CheckpointState:
                 f"{listing}\nNothing was changed or deleted. Restore the files from a backup, "
                 "or move them away (or use a new checkpoint_dir) to start from scratch."
             )
+        named = files.state_names(self.directory)
+        if named:
+            raise CheckpointCorruptError(
+                f"The state file {os.path.join(self.directory, 'checkpoint')} names "
+                f"{', '.join(named)}; no checkpoint files are left. Nothing was changed. "
+                "Restore the files from a backup, or start from step 0 with "
+                "fit(..., resume='never') or a new checkpoint_dir."
+            )
         return None
+
+    def _supersede(self) -> None:
+        """resume="never": the checkpoints present are replaced (deleted at the first save)."""
+        self.superseded = files.numbers(self.directory)
+        named = files.state_names(self.directory)
+        if self.superseded:
+            old = ", ".join(f"{files.PREFIX}-{n}" for n in self.superseded)
+            what = f"its checkpoints ({old}) are deleted at this run's first save"
+        elif named:
+            what = f"its state file (naming {', '.join(named)}) is rewritten at the first save"
+        else:
+            return
+        warnings.warn(
+            f"resume='never': starting from step 0 in {self.directory}; {what}.", stacklevel=4
+        )
 
     def _compare(self, saved: dict | None, resume: str) -> dict:
         """Returns {entry: (saved, new)} for refused entries that changed (or raises)."""
@@ -307,22 +350,28 @@ class CheckpointState:
         checkpoints are deleted only after that, so a crash at any moment leaves the
         previous checkpoints loadable.
         """
+        if self.lock is not None:
+            self.lock.refresh()  # raises if another run took the directory over
         path = self.checkpoint.write(files.prefix(self._write_dir, step))
         if not self.chief:
             tf.io.gfile.rmtree(self._write_dir)
             return path
-        present = files.numbers(self.directory)
+        old = set(self.superseded) - {step}
+        present = [n for n in files.numbers(self.directory) if n not in old]
         kept = [n for n in present if n <= step][: self.keep]
         files.write_state(self.directory, kept[::-1])
         for number in present:
             if number < step and number not in kept:
                 files.delete(self.directory, number)
+        for number in sorted(old):
+            files.delete(self.directory, number)
+        self.superseded = []
         return path
 
     @property
     def latest(self) -> str | None:
         """The newest checkpoint's path prefix, from the files (not the state file)."""
-        present = files.numbers(self.directory)
+        present = [n for n in files.numbers(self.directory) if n not in self.superseded]
         return files.prefix(self.directory, present[0]) if present else None
 
 

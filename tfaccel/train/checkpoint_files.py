@@ -20,6 +20,7 @@ import tensorflow as tf
 PREFIX = "ckpt"
 CORRUPT = "corrupt"
 _FILE = re.compile(rf"^{PREFIX}-(\d+)\.(index|data-\d+-of-\d+)$")
+_STATE_ENTRY = re.compile(r'^\s*(?:all_)?model_checkpoint_paths?:\s*"([^"]+)"', re.MULTILINE)
 _TEMPORARY = re.compile(rf"^({PREFIX}-\d+_temp.*|checkpoint\.tmp[0-9a-f]+|.*\.tempstate\d+)$")
 
 
@@ -27,9 +28,17 @@ def check_directory(directory: str, *, writable: bool) -> None:
     """Creates `directory` if needed and checks that checkpoints can be written there.
 
     Raises:
+        ValueError: `directory` is "" (e.g. an unset environment variable), which would
+            put checkpoints in the working directory and clean up there.
         NotADirectoryError: `directory` (or a parent) is a file.
         PermissionError: the directory cannot be created or written to.
     """
+    if not directory:
+        raise ValueError(
+            "checkpoint_dir is an empty string (an unset environment variable?); it would "
+            "write checkpoints into the working directory and rotate and clean up files "
+            "there. Pass a directory path, or checkpoint_dir=None for no checkpoints."
+        )
     if tf.io.gfile.exists(directory) and not tf.io.gfile.isdir(directory):
         raise NotADirectoryError(
             f"checkpoint_dir={directory!r} is a file, not a directory. Pass a directory "
@@ -137,6 +146,23 @@ def remove_temporaries(directory: str) -> list[str]:
             tf.io.gfile.remove(path)
         removed.append(name)
     return sorted(removed)
+
+
+def state_names(directory: str) -> list[str]:
+    """The checkpoint names the state file lists (whether or not their files exist)."""
+    path = os.path.join(directory, "checkpoint")
+    try:
+        with tf.io.gfile.GFile(path, "rb") as handle:
+            text = handle.read().decode("utf-8", "replace")
+    except (tf.errors.OpError, OSError):
+        return []
+    found = _STATE_ENTRY.findall(text)
+    return sorted({os.path.basename(name) for name in found}, key=_number, reverse=True)
+
+
+def _number(name: str) -> int:
+    digits = re.search(r"(\d+)$", name)
+    return int(digits.group(1)) if digits else -1
 
 
 def state_latest(directory: str) -> str | None:

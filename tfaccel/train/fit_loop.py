@@ -108,7 +108,8 @@ class FitLoop:
             raise ValueError(
                 f"resume must be one of {RESUME_MODES}, got {resume!r}: 'auto' refuses a "
                 "checkpoint of a run with another global batch, steps per epoch, optimizer, "
-                "accumulate_steps or training data; 'force' accepts it."
+                "accumulate_steps or training data; 'force' accepts it; 'never' starts from "
+                "step 0."
             )
         self.resume = resume
         self.verbose = verbose
@@ -138,6 +139,11 @@ class FitLoop:
         self.saveable = False
         self.save_at_epoch_end = False
         self.preempt_at_epoch_end = False
+
+    def close(self) -> None:
+        """Releases the checkpoint directory; `fit` calls it however it ends."""
+        if self.ckpt is not None:
+            self.ckpt.close()
 
     # -- input ---------------------------------------------------------------------------
 
@@ -353,9 +359,13 @@ class FitLoop:
         variable = self.t.model.trainable_variables[index]
         name = getattr(variable, "path", None) or variable.name
         step = int(self.t.step.numpy())
-        if self.restore_on_divergence and self.ckpt is not None and self.ckpt.latest:
-            self.ckpt.restore(self.run_shape, self.resume)
+        self._restore_last_good()
         raise TrainingDivergedError(step, variable=name)
+
+    def _restore_last_good(self) -> None:
+        """restore_on_divergence: back to this run's last checkpoint, if it has one."""
+        if self.restore_on_divergence and self.ckpt is not None and self.ckpt.latest:
+            self.ckpt.restore(self.run_shape, "force" if self.resume == "force" else "auto")
 
     def _iterator_not_restored(self) -> bool:
         changed = self.ckpt.changed if self.ckpt is not None else {}
@@ -368,8 +378,7 @@ class FitLoop:
         self.bad_loops += 1
         if self.bad_loops >= self.divergence_loops:
             step = int(self.t.step.numpy())
-            if self.restore_on_divergence and self.ckpt is not None and self.ckpt.latest:
-                self.ckpt.restore(self.run_shape, self.resume)
+            self._restore_last_good()
             raise TrainingDivergedError(step, self.bad_loops, loop_loss)
 
     def _stop_for_preemption(self, epoch_logs):

@@ -10,9 +10,9 @@ can name what changed (`learning_rate: 0.01 in the checkpoint → 1e-05 now`).
 from __future__ import annotations
 
 import contextlib
-import json
-
 import keras
+
+from tfaccel import strict_json
 
 # Entries of `get_config()` that name the object rather than configure it.
 _NOT_HYPERPARAMETERS = ("name",)
@@ -27,7 +27,7 @@ def _plain(value):
     if isinstance(value, float):
         return float(f"{value:.7g}")
     if isinstance(value, (dict, list, tuple)):
-        return json.dumps(value, sort_keys=True, default=str)
+        return strict_json.dumps(value, sort_keys=True, default=str)
     if value is None or isinstance(value, (bool, int, str)):
         return value
     return str(value)

@@ -274,7 +274,9 @@ class Trainer:
             callbacks: `keras.callbacks.Callback` objects (a list, one, or None).
             verbose: 0 silent, 1 progress bar, 2 one line per epoch, "auto" → 1.
             checkpoint_dir: save and resume here. A run started again with the same
-                directory continues at the saved step with the same next batch.
+                directory continues at the saved step with the same next batch. The run
+                owns the directory while it trains (a lock file, `tfaccel.lock`, removed
+                when fit ends).
             checkpoint_every: "epoch" or a number of steps. A save that lands on an epoch's
                 last step is written after the epoch's validation, as that epoch's.
             keep: how many checkpoints to keep.
@@ -290,22 +292,30 @@ class Trainer:
                 continues after the examples already trained on and the interrupted
                 epoch counts from 0; new data continues from the saved step, its input
                 position skipped to, not restored; a new optimizer type starts with
-                fresh slots).
+                fresh slots); "never" restores nothing and starts from step 0, as
+                `model.fit` does: the checkpoints already there are named in a warning
+                and deleted at this run's first save (until then they stay intact).
 
         Raises:
             ValueError: an unbatched or empty dataset, elements not
                 `(x, y[, sample_weight])`, features whose shape does not fit the model's
                 input, fractional labels or labels outside the classes for a sparse
                 loss, an infinite dataset without `steps_per_epoch`, a global batch that
-                does not divide among the replicas, `validation_steps` < 1, or
-                `checkpoint_every` < 1.
+                does not divide among the replicas, `validation_steps` < 1,
+                `checkpoint_every` < 1, or `checkpoint_dir=""`.
             TypeError: string features for a numeric model, or a callback that is not
                 a `keras.callbacks.Callback`.
             NotADirectoryError, PermissionError: `checkpoint_dir` is a file or not
                 writable (checked before any training).
             CheckpointMismatchError: `checkpoint_dir` holds another model's checkpoint, or
                 one of a run with another global batch / steps per epoch / optimizer.
-            CheckpointCorruptError: `checkpoint_dir` holds checkpoints, none readable.
+            CheckpointCorruptError: `checkpoint_dir` holds checkpoints, none readable, or
+                only a state file naming checkpoints whose files are gone (nothing is
+                changed; `resume="never"` starts from step 0).
+            CheckpointLockedError: another live run holds `checkpoint_dir` (its host, pid
+                and times are named). A lock whose process is gone (same host), or not
+                refreshed for `tfaccel.train.lock.STALE_AFTER` seconds (another host), is
+                taken over with a warning.
             TrainingDivergedError: the loss stayed non-finite, or a weight became
                 non-finite (checked once per step loop, before any save).
         """
@@ -333,14 +343,17 @@ class Trainer:
             exit_on_preemption=exit_on_preemption,
             resume=resume,
         )
-        self.settings = self._resolve_settings(train_data, global_batch, loop.steps_per_epoch)
-        table = settings.format_table(self.settings)
-        if verbose:
-            print(table)
-        else:
-            logger.info(table)
-        self.preempted = False
-        return loop.run()
+        try:  # the checkpoint directory is this run's until fit ends, however it ends
+            self.settings = self._resolve_settings(train_data, global_batch, loop.steps_per_epoch)
+            table = settings.format_table(self.settings)
+            if verbose:
+                print(table)
+            else:
+                logger.info(table)
+            self.preempted = False
+            return loop.run()
+        finally:
+            loop.close()
 
     def evaluate_distributed(self, dataset, steps: int | None) -> dict:
         self.reset_metrics()
