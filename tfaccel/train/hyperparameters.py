@@ -10,6 +10,7 @@ can name what changed (`learning_rate: 0.01 in the checkpoint → 1e-05 now`).
 from __future__ import annotations
 
 import contextlib
+
 import keras
 
 from tfaccel import strict_json
