@@ -35,8 +35,9 @@ def main():
     parser.add_argument("--pause-at", type=int)
     parser.add_argument("--wait", type=float, default=300.0)
     args = parser.parse_args()
-    x = np.random.default_rng(0).normal(size=(64, 4)).astype("float32")
-    y = (x[:, 0] > 0).astype("int32")
+    # The data of tests/test_checkpoint_ownership.py, so that a run there can resume this one.
+    x = np.random.default_rng(1).normal(size=(64, 4)).astype("float32")
+    y = (x[:, 0] + x[:, 1] > 0).astype("int32")
 
     def build():
         keras.utils.set_random_seed(0)
