@@ -272,7 +272,7 @@ def tune_batch_size(
     """--tune-batch-size: probe, print the table, save the plot, scale the learning rate.
 
     Sets `run.args.batch_size` to the probe's best batch (a multiple of the replicas)
-    and scales `run.args.learning_rate` linearly with it.
+    and scales `run.args.learning_rate` with it by the optimizer's rule (`tuning.rule_for`).
 
     Raises:
         RuntimeError: this tfaccel has no `tfaccel.tuning` (batch-size tuning).
@@ -297,10 +297,16 @@ def tune_batch_size(
     print(report.table())
     report.plot(str(run.out / "batch_size.png"))
     best = max(run.replicas, report.best_batch_size // run.replicas * run.replicas)
-    scaled = args.learning_rate * best / args.batch_size
+    rule = tuning.rule_for(optimizer)  # sqrt for Adam and kin, linear for SGD
+    scaled = tuning.scaled_learning_rate(
+        best,
+        base_batch_size=args.batch_size,
+        base_learning_rate=args.learning_rate,
+        lr_scaling=rule,
+    )
     print(
         f"--tune-batch-size: training with batch {best} (was {args.batch_size}) and learning "
-        f"rate {scaled:.4g} (was {args.learning_rate:.4g}, scaled linearly)"
+        f"rate {scaled:.4g} (was {args.learning_rate:.4g}, {rule} rule for {optimizer})"
     )
     args.batch_size, args.learning_rate = best, scaled
 

@@ -2,6 +2,7 @@ import json
 import math
 import subprocess
 import sys
+import warnings
 
 import keras
 import keras_tuner
@@ -482,3 +483,63 @@ def test_auto_batch_sizes_are_powers_of_two_up_to_the_largest_fit():
     assert hypermodel.probe_report.max_batch_size == 64  # the OOM layer fails above 100
     assert next(h for h in hp.space if h.name == "batch_size").values == [16, 32, 64]
     assert history.history["learning_rate"] == [pytest.approx(1e-3 * hp["batch_size"] / 32)]
+
+
+@pytest.mark.parametrize(
+    "optimizer, rule",
+    [
+        (keras.optimizers.SGD(0.1, momentum=0.9), "linear"),
+        (keras.optimizers.Adam(), "sqrt"),
+        (keras.optimizers.AdamW(), "sqrt"),
+        (keras.optimizers.LossScaleOptimizer(keras.optimizers.RMSprop()), "sqrt"),
+        ("adam", "sqrt"),
+        ("sgd", "linear"),
+        (keras.optimizers.Adagrad, "sqrt"),
+    ],
+)
+def test_the_scaling_rule_follows_the_optimizer(optimizer, rule):
+    assert tuning.resolve_lr_scaling("auto", optimizer) == rule
+    assert tuning.resolve_lr_scaling("linear", optimizer) == "linear"
+    with pytest.raises(ValueError, match="resolve_lr_scaling"):
+        tuning.scaled_learning_rate(64, lr_scaling="auto")
+
+
+def compiled_with(optimizer):
+    def build(hp):
+        keras.utils.set_random_seed(0)
+        model = keras.Sequential([keras.Input((64,)), keras.layers.Dense(10, activation="softmax")])
+        model.compile(optimizer(), SCE, metrics=["accuracy"])
+        return model
+
+    return build
+
+
+def search(hypermodel, tmp_path, name):
+    (x_train, y_train), (x_val, y_val) = digits(n_train=256, n_val=64)
+    tuner = keras_tuner.GridSearch(
+        hypermodel, objective="val_accuracy", directory=tmp_path, project_name=name
+    )
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        tuner.search(x_train, y_train, validation_data=(x_val, y_val), epochs=1, verbose=0)
+    assert not [w for w in caught if "shuffle" in str(w.message)]  # tfaccel shuffles itself
+    return {t.hyperparameters["batch_size"]: t for t in tuner.oracle.trials.values()}
+
+
+def test_the_users_compiled_learning_rate_is_the_base(tmp_path):
+    hypermodel = tuning.BatchSizeHyperModel(
+        compiled_with(lambda: keras.optimizers.Adam(0.004)), batch_sizes=[32, 128]
+    )
+    trials = search(hypermodel, tmp_path, "adam")
+    # Adam: the square-root rule from the user's 0.004 at Keras' default batch of 32.
+    assert trials[32].metrics.get_last_value("learning_rate") == pytest.approx(0.004)
+    assert trials[128].metrics.get_last_value("learning_rate") == pytest.approx(0.008)
+
+
+def test_a_schedule_is_kept_when_nothing_is_scaled(tmp_path):
+    schedule = keras.optimizers.schedules.ExponentialDecay(0.1, decay_steps=10, decay_rate=0.5)
+    hypermodel = tuning.BatchSizeHyperModel(
+        compiled_with(lambda: keras.optimizers.SGD(schedule)), batch_sizes=[32], lr_scaling=None
+    )
+    trials = search(hypermodel, tmp_path, "schedule")
+    assert trials[32].status == keras_tuner.engine.trial.TrialStatus.COMPLETED

@@ -2,14 +2,14 @@
 
 `find_batch_size` probes candidate batches (memory, examples/s) and reports the
 largest that fits and the throughput knee; `BatchSizeHyperModel` lets keras-tuner
-search the batch size with the learning rate scaled to it; `scaled_learning_rate`
-applies the scaling rule on its own.
+search the batch size with the user's learning rate scaled to it; `scaled_learning_rate`
+applies the scaling rule on its own, `rule_for` picks it from the optimizer.
 """
 
 from tfaccel.tuning.hypermodel import BatchSizeHyperModel
 from tfaccel.tuning.oom import is_out_of_memory, release_memory
 from tfaccel.tuning.report import BatchSizeReport, ProbeRow
-from tfaccel.tuning.scaling import scaled_learning_rate
+from tfaccel.tuning.scaling import resolve_lr_scaling, rule_for, scaled_learning_rate
 from tfaccel.tuning.search import NoBatchSizeFitsError, find_batch_size
 
 __all__ = [
@@ -20,5 +20,7 @@ __all__ = [
     "find_batch_size",
     "is_out_of_memory",
     "release_memory",
+    "resolve_lr_scaling",
+    "rule_for",
     "scaled_learning_rate",
 ]

@@ -21,7 +21,7 @@ from tfaccel.callbacks import Throughput
 from tfaccel.callbacks._steps import StepClock, wait_for
 from tfaccel.tuning import inputs
 from tfaccel.tuning.oom import describe_out_of_memory, is_out_of_memory, release_memory
-from tfaccel.tuning.scaling import check_lr_scaling, scaled_learning_rate
+from tfaccel.tuning.scaling import check_lr_scaling, resolve_lr_scaling, scaled_learning_rate
 from tfaccel.tuning.search import find_batch_size
 
 _TRAINER_FIT_ARGS = ("epochs", "callbacks", "verbose", "steps_per_epoch", "validation_steps")
@@ -69,7 +69,7 @@ class BatchSizeHyperModel(keras_tuner.HyperModel):
     """A keras-tuner HyperModel that tunes the batch size and scales the learning rate to it.
 
     `fit` picks `hp.Choice("batch_size", batch_sizes)`, batches the (unbatched) data
-    itself, sets the learning rate to `scaled_learning_rate(batch)` (times
+    itself, sets the learning rate to the user's own rate scaled to the batch (times
     `hp.Float("lr_factor", 0.25, 4, sampling="log")` with `tune_learning_rate`), adds
     `tfaccel.callbacks.Throughput` and returns the History, whose epochs carry
     `examples_per_second` and `learning_rate` — so
@@ -83,9 +83,11 @@ class BatchSizeHyperModel(keras_tuner.HyperModel):
         batch_sizes: a list of global batch sizes, or "auto": powers of two from 16 up to
             `find_batch_size(...).max_batch_size` (probed once, in "power" mode and up to
             the number of training examples, on the first trial's data).
-        base_batch_size: the batch `base_learning_rate` was tuned for.
-        base_learning_rate: the learning rate at `base_batch_size`.
-        lr_scaling: "linear", "sqrt" or None (see `scaled_learning_rate`).
+        base_batch_size: the batch the base learning rate was tuned for.
+        base_learning_rate: the learning rate at `base_batch_size`; None (default): the
+            rate of the optimizer `build_model(hp)` compiled with (or of `optimizer`).
+        lr_scaling: "auto" (default): "sqrt" for adaptive optimizers (Adam, RMSprop...),
+            "linear" for SGD (see `tfaccel.tuning.scaling`); or "linear", "sqrt", None.
         tune_learning_rate: also search a factor in [0.25, 4] on the scaled rate.
         trainer: train each trial with `tfaccel.Trainer` instead of `model.fit`.
         loss: loss for models that `build_model` returns uncompiled.
@@ -104,8 +106,8 @@ class BatchSizeHyperModel(keras_tuner.HyperModel):
         build_model: Callable,
         batch_sizes="auto",
         base_batch_size: int = 32,
-        base_learning_rate: float = 1e-3,
-        lr_scaling: str | None = "linear",
+        base_learning_rate: float | None = None,
+        lr_scaling: str | None = "auto",
         tune_learning_rate: bool = False,
         trainer: bool = False,
         *,
@@ -125,8 +127,8 @@ class BatchSizeHyperModel(keras_tuner.HyperModel):
         scaled_learning_rate(
             base_batch_size,
             base_batch_size=base_batch_size,
-            base_learning_rate=base_learning_rate,
-            lr_scaling=lr_scaling,
+            base_learning_rate=1.0 if base_learning_rate is None else base_learning_rate,
+            lr_scaling=None,
         )  # validates the base values
         if batch_sizes != "auto":
             if isinstance(batch_sizes, (str, int)) or not list(batch_sizes):
@@ -141,7 +143,7 @@ class BatchSizeHyperModel(keras_tuner.HyperModel):
         self.build_model = build_model
         self.batch_sizes = batch_sizes
         self.base_batch_size = base_batch_size
-        self.base_learning_rate = float(base_learning_rate)
+        self.base_learning_rate = None if base_learning_rate is None else float(base_learning_rate)
         self.lr_scaling = lr_scaling
         self.tune_learning_rate = bool(tune_learning_rate)
         self.trainer = bool(trainer)
@@ -151,13 +153,21 @@ class BatchSizeHyperModel(keras_tuner.HyperModel):
         self.probe_kwargs = dict(probe_kwargs or {})
         self.probe_report = None
 
-    def learning_rate(self, batch_size: int) -> float:
-        """The scaled learning rate for `batch_size` (before any tuned factor)."""
+    def learning_rate(self, batch_size: int, optimizer=None) -> float:
+        """The scaled learning rate for `batch_size` (before any tuned factor).
+
+        `optimizer` (the trial model's) gives the base rate when `base_learning_rate` is
+        None, and the rule when `lr_scaling` is "auto"; by default `self.optimizer`.
+        """
+        optimizer = self.optimizer if optimizer is None else optimizer
+        base = self.base_learning_rate
+        if base is None:
+            base = _rate_of(optimizer)
         return scaled_learning_rate(
             batch_size,
             base_batch_size=self.base_batch_size,
-            base_learning_rate=self.base_learning_rate,
-            lr_scaling=self.lr_scaling,
+            base_learning_rate=base,
+            lr_scaling=resolve_lr_scaling(self.lr_scaling, optimizer),
         )
 
     def build(self, hp) -> keras.Model:
@@ -242,10 +252,12 @@ class BatchSizeHyperModel(keras_tuner.HyperModel):
         if choices == "auto":
             choices = self._auto_batch_sizes(hp, train, model)
         batch_size = hp.Choice("batch_size", choices)
-        learning_rate = self.learning_rate(batch_size)
-        if self.tune_learning_rate:
-            learning_rate *= hp.Float("lr_factor", 0.25, 4.0, sampling="log")
-        self._set_learning_rate(model, learning_rate)
+        if self.lr_scaling is not None or self.tune_learning_rate:
+            self._check_settable(model)
+            learning_rate = self.learning_rate(batch_size, model.optimizer)
+            if self.tune_learning_rate:
+                learning_rate *= hp.Float("lr_factor", 0.25, 4.0, sampling="log")
+            model.optimizer.learning_rate = learning_rate
 
         examples = inputs.count_examples(train)
         throughput = Throughput(batch_size=batch_size, warmup_steps=1, verbose=0)
@@ -261,7 +273,10 @@ class BatchSizeHyperModel(keras_tuner.HyperModel):
         try:
             if self.trainer:
                 return self._trainer_fit(model, train, val, callbacks, kwargs)
-            return model.fit(train, validation_data=val, callbacks=callbacks, **kwargs)
+            # Shuffled above: model.fit's default shuffle=True would only warn it is ignored.
+            return model.fit(
+                train, validation_data=val, callbacks=callbacks, shuffle=False, **kwargs
+            )
         except Exception as error:  # noqa: BLE001 - only out-of-memory is caught
             if not is_out_of_memory(error):
                 raise
@@ -274,7 +289,7 @@ class BatchSizeHyperModel(keras_tuner.HyperModel):
         )
 
     @staticmethod
-    def _set_learning_rate(model: keras.Model, learning_rate: float) -> None:
+    def _check_settable(model: keras.Model) -> None:
         optimizer = model.optimizer
         if isinstance(optimizer.learning_rate, keras.optimizers.schedules.LearningRateSchedule) or (
             callable(getattr(optimizer, "_learning_rate", None))
@@ -284,7 +299,6 @@ class BatchSizeHyperModel(keras_tuner.HyperModel):
                 "cannot scale to the batch size. Compile with a float learning rate, or pass "
                 "lr_scaling=None and tune_learning_rate=False."
             )
-        optimizer.learning_rate = learning_rate
 
     def _trainer_fit(self, model, train, val, callbacks, kwargs):
         from tfaccel.train import Trainer
@@ -308,3 +322,16 @@ class BatchSizeHyperModel(keras_tuner.HyperModel):
             strategy=tf.distribute.get_strategy(),
         )
         return trainer.fit(train, validation_data=val, callbacks=callbacks, **kwargs)
+
+
+def _rate_of(optimizer) -> float:
+    """The learning rate an optimizer (instance, class or name) starts with."""
+    if isinstance(optimizer, str) or isinstance(optimizer, type):
+        optimizer = keras.optimizers.get(optimizer) if isinstance(optimizer, str) else optimizer()
+    rate = getattr(getattr(optimizer, "inner_optimizer", optimizer), "learning_rate", None)
+    if rate is None or callable(rate):
+        raise ValueError(
+            "BatchSizeHyperModel reads the base learning rate from the model's optimizer, "
+            f"which has none it can scale ({rate!r}). Pass base_learning_rate=..."
+        )
+    return float(keras.ops.convert_to_numpy(rate))

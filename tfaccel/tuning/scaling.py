@@ -1,19 +1,59 @@
-"""The learning-rate scaling rule that goes with a change of batch size."""
+"""The learning-rate scaling rule that goes with a change of batch size.
+
+SGD (with or without momentum) scales linearly, with a warm-up (Goyal et al. 2017,
+"Accurate, Large Minibatch SGD"; `callbacks.LinearScalingWarmup`). Adaptive optimizers
+scale with the square root of the batch ratio (Malladi et al. 2022, "On the SDEs and
+Scaling Rules for Adaptive Gradient Algorithms"; Hoffer et al. 2017 for the same rule):
+a linear rule overshoots Adam, whose update size does not grow with the gradient's.
+"""
 
 from __future__ import annotations
 
 import math
 
-LR_SCALING_RULES = ("linear", "sqrt", None)
+LR_SCALING_RULES = ("auto", "linear", "sqrt", None)
+# Optimizers whose step is normalised by running gradient statistics: square-root rule.
+ADAPTIVE = (
+    "Adam",
+    "AdamW",
+    "Adamax",
+    "Nadam",
+    "RMSprop",
+    "Adagrad",
+    "Adadelta",
+    "Adafactor",
+    "Lamb",
+    "Lion",
+    "Ftrl",
+)
 
 
 def check_lr_scaling(rule) -> None:
-    """Raises ValueError unless `rule` is "linear", "sqrt" or None."""
+    """Raises ValueError unless `rule` is "auto", "linear", "sqrt" or None."""
     if rule not in LR_SCALING_RULES:
         raise ValueError(
-            f"Unknown lr_scaling {rule!r}. Expected 'linear' (rate ∝ batch), 'sqrt' "
-            "(rate ∝ √batch) or None (keep the base rate)."
+            f"Unknown lr_scaling {rule!r}. Expected 'auto' (from the optimizer), 'linear' "
+            "(rate ∝ batch), 'sqrt' (rate ∝ √batch) or None (keep the base rate)."
         )
+
+
+def rule_for(optimizer) -> str:
+    """ "sqrt" for adaptive optimizers (Adam, AdamW, RMSprop...), "linear" otherwise (SGD).
+
+    `optimizer` is an optimizer, its class or its name; loss scaling is looked through.
+    """
+    inner = getattr(optimizer, "inner_optimizer", optimizer)
+    if isinstance(inner, str):
+        name = inner
+    else:
+        name = (inner if isinstance(inner, type) else type(inner)).__name__
+    return "sqrt" if name.lower() in {a.lower() for a in ADAPTIVE} else "linear"
+
+
+def resolve_lr_scaling(rule, optimizer) -> str | None:
+    """`rule`, with "auto" replaced by `rule_for(optimizer)`."""
+    check_lr_scaling(rule)
+    return rule_for(optimizer) if rule == "auto" else rule
 
 
 def scaled_learning_rate(
@@ -27,7 +67,8 @@ def scaled_learning_rate(
 
     "linear": `base_learning_rate * batch_size / base_batch_size` (Goyal et al., 2017);
     "sqrt": the square root of that ratio (suits adaptive optimizers such as Adam);
-    None: `base_learning_rate` unchanged.
+    None: `base_learning_rate` unchanged. "auto" needs the optimizer: see
+    `resolve_lr_scaling`.
 
     Example:
         >>> scaled_learning_rate(256, base_batch_size=32, base_learning_rate=0.1)
@@ -37,6 +78,11 @@ def scaled_learning_rate(
         ValueError: a batch size < 1, a base rate <= 0, or an unknown `lr_scaling`.
     """
     check_lr_scaling(lr_scaling)
+    if lr_scaling == "auto":
+        raise ValueError(
+            "lr_scaling='auto' depends on the optimizer: resolve it first with "
+            "resolve_lr_scaling('auto', optimizer)."
+        )
     for name, value in (("batch_size", batch_size), ("base_batch_size", base_batch_size)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise ValueError(f"{name} must be an integer >= 1, got {value!r}.")
