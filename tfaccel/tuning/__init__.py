@@ -3,10 +3,12 @@
 `find_batch_size` probes candidate batches (memory, examples/s) and reports the
 largest that fits and the throughput knee; `BatchSizeHyperModel` lets keras-tuner
 search the batch size with the user's learning rate scaled to it; `scaled_learning_rate`
-applies the scaling rule on its own, `rule_for` picks it from the optimizer.
+applies the scaling rule on its own, `rule_for` picks it from the optimizer;
+`gradient_noise_scale` estimates the critical batch (McCandlish et al. 2018).
 """
 
 from tfaccel.tuning.hypermodel import BatchSizeHyperModel
+from tfaccel.tuning.noise import NoiseScale, gradient_noise_scale
 from tfaccel.tuning.oom import is_out_of_memory, release_memory
 from tfaccel.tuning.report import BatchSizeReport, ProbeRow
 from tfaccel.tuning.scaling import resolve_lr_scaling, rule_for, scaled_learning_rate
@@ -16,8 +18,10 @@ __all__ = [
     "BatchSizeHyperModel",
     "BatchSizeReport",
     "NoBatchSizeFitsError",
+    "NoiseScale",
     "ProbeRow",
     "find_batch_size",
+    "gradient_noise_scale",
     "is_out_of_memory",
     "release_memory",
     "resolve_lr_scaling",

@@ -71,6 +71,10 @@ class BatchSizeReport:
             over the budget), "data" (the next candidate exceeded the data's examples) or
             "limit" (it exceeded `limit`); None for reports from older versions.
         examples: the data's examples, when known or counted.
+        noise_scale: the gradient noise scale B_simple at the initial weights (with
+            `find_batch_size(noise_scale=True)`; None otherwise).
+        decided_by: what set `best_batch_size`: "throughput knee" or "noise scale"
+            (the knee was above B_simple: a larger batch would waste examples).
         accumulate_steps: for it, the fewest batches to accumulate per applied step so
             that each one fits: pass `Trainer(accumulate_steps=...)` with a global batch of
             `effective_batch_size // accumulate_steps` (None without an effective batch).
@@ -88,6 +92,8 @@ class BatchSizeReport:
     accumulate_steps: int | None = None
     capped_by: str | None = None
     examples: int | None = None
+    noise_scale: float | None = None
+    decided_by: str = "throughput knee"
 
     @property
     def accumulation_batch_size(self) -> int | None:
@@ -123,7 +129,7 @@ class BatchSizeReport:
         for row in sorted(self.rows, key=lambda r: r.batch_size):
             marks = []
             if row.fits and row.batch_size == self.best_batch_size:
-                marks.append("best (knee)")
+                marks.append(f"best ({self.decided_by})")
             if row.fits and row.batch_size == self.max_batch_size:
                 marks.append("largest")
             lines.append(
@@ -152,6 +158,11 @@ class BatchSizeReport:
             f"{self.memory_kind} memory budget {budget} MiB; {self.mode} search in "
             f"{self.probe_seconds:.1f} s"
         )
+        if self.noise_scale is not None:
+            text.append(
+                f"gradient noise scale B_simple ≈ {self.noise_scale:,.0f}: the best batch is "
+                f"the knee, at most B_simple (decided by the {self.decided_by})"
+            )
         if self.capped_by is not None:
             text.append(f"search capped by {_CAPS[self.capped_by].format(self.examples)}")
         if self.accumulate_steps is not None:

@@ -22,6 +22,7 @@ import tensorflow as tf
 from tfaccel.callbacks._steps import wait_for
 from tfaccel.tuning import inputs
 from tfaccel.tuning.memory import MemoryMeter, predict_mb
+from tfaccel.tuning.noise import gradient_noise_scale
 from tfaccel.tuning.oom import describe_out_of_memory, is_out_of_memory, release_memory
 from tfaccel.tuning.report import BatchSizeReport, ProbeRow, knee_batch_size
 
@@ -134,7 +135,14 @@ class _Search:
         try:
             model = self._build()
             self.meter.start()
-            model.fit(data, epochs=1, steps_per_epoch=self.steps + 1, callbacks=[timer], verbose=0)
+            model.fit(
+                data,
+                epochs=1,
+                steps_per_epoch=self.steps + 1,
+                callbacks=[timer],
+                shuffle=False,  # the probe repeats one cached batch; nothing to shuffle
+                verbose=0,
+            )
         except Exception as error:  # noqa: BLE001 - only out-of-memory is caught below
             if not is_out_of_memory(error):
                 raise
@@ -177,6 +185,7 @@ def find_batch_size(
     memory_budget_mb: float | None = None,
     knee: float = 0.05,
     effective_batch_size: int | None = None,
+    noise_scale: bool = False,
     clock: Callable[[], float] = time.perf_counter,
 ) -> BatchSizeReport:
     """Finds the largest global batch that fits and the batch where throughput stops growing.
@@ -217,6 +226,10 @@ def find_batch_size(
         effective_batch_size: a global batch to train with even if it does not fit; the
             report's `accumulate_steps` is then the fewest batches to accumulate (see
             `Trainer(accumulate_steps=...)`) so that each fits.
+        noise_scale: also estimate the gradient noise scale B_simple at the initial
+            weights (`gradient_noise_scale`, batches of 8 and the largest that ran) and
+            keep `best_batch_size` at or below it: past B_simple a larger batch spends
+            examples without saving steps.
         clock: the timing source for the timed steps (seconds; inject a fake one in tests).
 
     Returns:
@@ -290,12 +303,19 @@ def find_batch_size(
         release_memory()  # the last probe's model and data
     rows = search.rows
     max_batch_size = max(r.batch_size for r in rows if r.fits)
+    best, decided_by, b_simple = knee_batch_size(rows, knee) or largest, "throughput knee", None
+    if noise_scale:
+        b_simple = _noise_scale(search, max_batch_size)
+        fitting = sorted(r.batch_size for r in rows if r.fits)
+        below = [b for b in fitting if b <= b_simple] or fitting[:1]
+        if below[-1] < best:
+            best, decided_by = below[-1], "noise scale"
     capped_by = next((r.reason for r in rows if r.reason in ("data", "limit")), None)
     if any(r.reason in ("oom", "budget") for r in rows):
         capped_by = "memory"
     return BatchSizeReport(
         max_batch_size=max_batch_size,
-        best_batch_size=knee_batch_size(rows, knee) or largest,
+        best_batch_size=best,
         rows=rows,
         mode=mode,
         knee=float(knee),
@@ -305,12 +325,30 @@ def find_batch_size(
         effective_batch_size=effective_batch_size,
         capped_by=capped_by,
         examples=search.examples,
+        noise_scale=b_simple,
+        decided_by=decided_by,
         accumulate_steps=(
             None
             if effective_batch_size is None
             else accumulation_for(effective_batch_size, max_batch_size, replicas)
         ),
     )
+
+
+def _noise_scale(search: _Search, largest: int) -> float:
+    """B_simple at the initial weights, from batches of 8 (or fewer) and `largest`."""
+    big = min(largest, search.examples or largest)
+    if big < 2:
+        return math.inf  # one example per batch: nothing to compare
+    small = max(1, min(8, big // 4))
+    model = search._build()
+    try:
+        estimate = gradient_noise_scale(model, search.data, search.loss, small=small, big=big)
+    finally:
+        del model
+        release_memory()
+    logger.info("find_batch_size: %s", estimate)
+    return estimate.b_simple
 
 
 def accumulation_for(effective: int, largest: int, replicas: int = 1) -> int:
