@@ -100,6 +100,7 @@ def knee_report():
         limit=128,
         mode="power",
         steps=3,
+        min_steps_per_epoch=1,  # 256 examples: the knee alone decides here
         clock=clock,
     )
     assert clock.calls == 4 * len(RATES)
@@ -482,7 +483,8 @@ def test_auto_batch_sizes_are_powers_of_two_up_to_the_largest_fit():
     history = hypermodel.fit(hp, hypermodel.build(hp), x_train, y_train, epochs=1, verbose=0)
     assert hypermodel.probe_report.max_batch_size == 64  # the OOM layer fails above 100
     assert next(h for h in hp.space if h.name == "batch_size").values == [16, 32, 64]
-    assert history.history["learning_rate"] == [pytest.approx(1e-3 * hp["batch_size"] / 32)]
+    # digits_model compiles SGD(0.5): that rate is the base, scaled linearly for SGD.
+    assert history.history["learning_rate"] == [pytest.approx(0.5 * hp["batch_size"] / 32)]
 
 
 @pytest.mark.parametrize(
@@ -543,3 +545,21 @@ def test_a_schedule_is_kept_when_nothing_is_scaled(tmp_path):
     )
     trials = search(hypermodel, tmp_path, "schedule")
     assert trials[32].status == keras_tuner.engine.trial.TrialStatus.COMPLETED
+
+
+def test_the_best_batch_leaves_enough_steps_per_epoch(knee_report):
+    # The same rates on 256 examples with the default 20 steps an epoch: at most 12 a batch.
+    clock = ScriptedClock(RATES, steps=3)
+    report = tuning.find_batch_size(
+        lambda: small_model(threshold=10**6),
+        (X, Y),
+        loss=SCE,
+        start=16,
+        limit=128,
+        mode="power",
+        steps=3,
+        clock=clock,
+    )
+    assert knee_report.best_batch_size == 64 and knee_report.decided_by == "throughput knee"
+    assert report.best_batch_size == 16 and report.decided_by == "steps per epoch"
+    assert "decided by the steps per epoch" in report.table()

@@ -73,8 +73,9 @@ class BatchSizeReport:
         examples: the data's examples, when known or counted.
         noise_scale: the gradient noise scale B_simple at the initial weights (with
             `find_batch_size(noise_scale=True)`; None otherwise).
-        decided_by: what set `best_batch_size`: "throughput knee" or "noise scale"
-            (the knee was above B_simple: a larger batch would waste examples).
+        decided_by: what set `best_batch_size`: "throughput knee", "noise scale" (the
+            knee was above B_simple: a larger batch would waste examples) or "steps per
+            epoch" (the knee left fewer than `min_steps_per_epoch` steps an epoch).
         accumulate_steps: for it, the fewest batches to accumulate per applied step so
             that each one fits: pass `Trainer(accumulate_steps=...)` with a global batch of
             `effective_batch_size // accumulate_steps` (None without an effective batch).
@@ -129,7 +130,8 @@ class BatchSizeReport:
         for row in sorted(self.rows, key=lambda r: r.batch_size):
             marks = []
             if row.fits and row.batch_size == self.best_batch_size:
-                marks.append(f"best ({self.decided_by})")
+                why = "knee" if self.decided_by == "throughput knee" else self.decided_by
+                marks.append(f"best ({why})")
             if row.fits and row.batch_size == self.max_batch_size:
                 marks.append("largest")
             lines.append(
@@ -161,8 +163,10 @@ class BatchSizeReport:
         if self.noise_scale is not None:
             text.append(
                 f"gradient noise scale B_simple ≈ {self.noise_scale:,.0f}: the best batch is "
-                f"the knee, at most B_simple (decided by the {self.decided_by})"
+                "at most B_simple"
             )
+        if self.decided_by != "throughput knee":
+            text.append(f"best batch decided by the {self.decided_by}, below the knee")
         if self.capped_by is not None:
             text.append(f"search capped by {_CAPS[self.capped_by].format(self.examples)}")
         if self.accumulate_steps is not None:

@@ -186,6 +186,7 @@ def find_batch_size(
     knee: float = 0.05,
     effective_batch_size: int | None = None,
     noise_scale: bool = False,
+    min_steps_per_epoch: int = 20,
     clock: Callable[[], float] = time.perf_counter,
 ) -> BatchSizeReport:
     """Finds the largest global batch that fits and the batch where throughput stops growing.
@@ -230,6 +231,9 @@ def find_batch_size(
             weights (`gradient_noise_scale`, batches of 8 and the largest that ran) and
             keep `best_batch_size` at or below it: past B_simple a larger batch spends
             examples without saving steps.
+        min_steps_per_epoch: `best_batch_size` leaves at least this many optimizer steps
+            per epoch when the data's examples are known (a batch of the whole data
+            trains one step an epoch, however fast); 1 turns the rule off.
         clock: the timing source for the timed steps (seconds; inject a fake one in tests).
 
     Returns:
@@ -246,6 +250,7 @@ def find_batch_size(
     _check_int("start", start, 1)
     _check_int("granularity", granularity, 1)
     _check_int("steps", steps, 1)
+    _check_int("min_steps_per_epoch", min_steps_per_epoch, 1)
     if limit is not None:
         _check_int("limit", limit, 1)
         if limit < start:
@@ -310,6 +315,12 @@ def find_batch_size(
         below = [b for b in fitting if b <= b_simple] or fitting[:1]
         if below[-1] < best:
             best, decided_by = below[-1], "noise scale"
+    if search.examples:
+        most = search.examples // min_steps_per_epoch
+        fitting = sorted(r.batch_size for r in rows if r.fits)
+        below = [b for b in fitting if b <= most] or fitting[:1]
+        if below[-1] < best:
+            best, decided_by = below[-1], "steps per epoch"
     capped_by = next((r.reason for r in rows if r.reason in ("data", "limit")), None)
     if any(r.reason in ("oom", "budget") for r in rows):
         capped_by = "memory"
