@@ -563,3 +563,17 @@ def test_the_best_batch_leaves_enough_steps_per_epoch(knee_report):
     assert knee_report.best_batch_size == 64 and knee_report.decided_by == "throughput knee"
     assert report.best_batch_size == 16 and report.decided_by == "steps per epoch"
     assert "decided by the steps per epoch" in report.table()
+
+
+@pytest.mark.parametrize(
+    "bound", [{"budget_s": 0}, {"job_examples": 1}], ids=["budget_s", "share-of-the-job"]
+)
+def test_the_search_stops_when_its_time_is_spent(bound):
+    report = tuning.find_batch_size(
+        lambda: small_model(threshold=10**6), (X, Y), loss=SCE, start=16, steps=1, **bound
+    )
+    assert [(r.batch_size, r.reason) for r in report.rows] == [(16, "ok"), (32, "time")]
+    assert report.capped_by == "time" and report.best_batch_size == 16
+    assert "time budget was spent" in report.table()
+    with pytest.raises(ValueError, match="budget_s must be"):
+        tuning.find_batch_size(small_model, (X, Y), loss=SCE, budget_s=-1)

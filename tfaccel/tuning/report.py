@@ -6,7 +6,7 @@ import dataclasses
 import math
 import os
 
-REASONS = ("ok", "oom", "budget", "limit", "data")
+REASONS = ("ok", "oom", "budget", "limit", "data", "time")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -21,7 +21,8 @@ class ProbeRow:
         examples_per_second: the batch over its median timed step (None unless it fits).
         peak_memory_mb: measured peak memory of the probe (None when it did not run to the end).
         reason: "ok"; "oom" (ran out of memory); "budget" (its predicted or measured memory
-            exceeds the budget); "limit" (above `limit`, not tried).
+            exceeds the budget); "limit" (above `limit`, not tried); "time" (the search's time
+            budget was spent before it, not tried).
         predicted_memory_mb: the memory predicted before running it, when there was a prediction.
         error: the out-of-memory message, shortened ("" otherwise).
     """
@@ -68,8 +69,9 @@ class BatchSizeReport:
         probe_seconds: wall time of the whole search.
         effective_batch_size: the effective batch asked for (None if none was).
         capped_by: what ended the search: "memory" (a candidate ran out of memory or
-            over the budget), "data" (the next candidate exceeded the data's examples) or
-            "limit" (it exceeded `limit`); None for reports from older versions.
+            over the budget), "data" (the next candidate exceeded the data's examples),
+            "limit" (it exceeded `limit`) or "time" (`budget_s` or the share of the job
+            was spent); None for reports from older versions.
         examples: the data's examples, when known or counted.
         noise_scale: the gradient noise scale B_simple at the initial weights (with
             `find_batch_size(noise_scale=True)`; None otherwise).
@@ -244,6 +246,7 @@ _CAPS = {
     "memory": "memory: a larger batch did not fit",
     "data": "the data: it holds {} examples, so no larger batch was tried",
     "limit": "limit: no larger batch was tried",
+    "time": "time: the search's time budget was spent, no larger batch was tried",
 }
 
 

@@ -90,6 +90,7 @@ class _Search:
         self.clock = clock
         self.rows: list[ProbeRow] = []
         self.examples = inputs.count_examples(data)  # None: counted when a batch needs it
+        self.time_limit = _TimeLimit(time.perf_counter(), None, None)
 
     def has_examples(self, batch_size: int) -> bool:
         """Whether the data holds at least `batch_size` examples (counting only that many)."""
@@ -187,6 +188,8 @@ def find_batch_size(
     effective_batch_size: int | None = None,
     noise_scale: bool = False,
     min_steps_per_epoch: int = 20,
+    budget_s: float | None = None,
+    job_examples: int | None = None,
     clock: Callable[[], float] = time.perf_counter,
 ) -> BatchSizeReport:
     """Finds the largest global batch that fits and the batch where throughput stops growing.
@@ -234,6 +237,11 @@ def find_batch_size(
         min_steps_per_epoch: `best_batch_size` leaves at least this many optimizer steps
             per epoch when the data's examples are known (a batch of the whole data
             trains one step an epoch, however fast); 1 turns the rule off.
+        budget_s: wall seconds the search may take; once spent, no new candidate is
+            started (the report's `capped_by` is "time"). At least one candidate runs.
+        job_examples: the size of the training job being tuned (epochs × examples per
+            epoch); the search then also stops once it has spent `PROBE_SHARE` (10 %)
+            of that job's time at the fastest rate measured so far.
         clock: the timing source for the timed steps (seconds; inject a fake one in tests).
 
     Returns:
@@ -264,6 +272,10 @@ def find_batch_size(
         raise ValueError(f"knee must be a fraction in [0, 1), e.g. 0.05 for 5 %; got {knee!r}.")
     if effective_batch_size is not None:
         _check_int("effective_batch_size", effective_batch_size, 1)
+    if budget_s is not None and (isinstance(budget_s, bool) or not budget_s >= 0):
+        raise ValueError(f"budget_s must be a number of seconds >= 0, got {budget_s!r}.")
+    if job_examples is not None:
+        _check_int("job_examples", job_examples, 1)
     if memory_budget_mb is not None and not memory_budget_mb > 0:
         raise ValueError(f"memory_budget_mb must be > 0 MiB, got {memory_budget_mb!r}.")
     if not callable(build_model):
@@ -299,6 +311,7 @@ def find_batch_size(
         budget if (not meter.on_gpu or memory_budget_mb is not None) else None,
         clock,
     )
+    search.time_limit = _TimeLimit(began, budget_s, job_examples)
     gc.collect()
     gc.freeze()  # later collections skip everything alive now (TensorFlow's own objects)
     try:
@@ -321,7 +334,7 @@ def find_batch_size(
         below = [b for b in fitting if b <= most] or fitting[:1]
         if below[-1] < best:
             best, decided_by = below[-1], "steps per epoch"
-    capped_by = next((r.reason for r in rows if r.reason in ("data", "limit")), None)
+    capped_by = next((r.reason for r in rows if r.reason in ("data", "limit", "time")), None)
     if any(r.reason in ("oom", "budget") for r in rows):
         capped_by = "memory"
     return BatchSizeReport(
@@ -376,6 +389,32 @@ def accumulation_for(effective: int, largest: int, replicas: int = 1) -> int:
     )
 
 
+PROBE_SHARE = 0.1  # of the tuned job's time, at most, with `job_examples`
+
+
+class _TimeLimit:
+    """When the search must stop starting candidates: `budget_s`, or a share of the job."""
+
+    def __init__(self, began: float, budget_s: float | None, job_examples: int | None):
+        self.began, self.budget_s, self.job_examples = began, budget_s, job_examples
+        self.announced = False
+
+    def seconds(self, rows: list[ProbeRow]) -> float | None:
+        """The search's time limit now (None: unbounded)."""
+        limits = [] if self.budget_s is None else [self.budget_s]
+        rates = [r.examples_per_second for r in rows if r.fits and r.examples_per_second]
+        if self.job_examples is not None and rates:
+            limits.append(PROBE_SHARE * self.job_examples / max(rates))
+        return min(limits) if limits else None
+
+    def spent(self, rows: list[ProbeRow]) -> bool:
+        limit = self.seconds(rows)
+        if limit is not None and not self.announced:
+            logger.info("find_batch_size: probing for at most %.1f s", limit)
+            self.announced = True
+        return limit is not None and time.perf_counter() - self.began >= limit
+
+
 def _explore(search: _Search, start, limit, mode, step: int, replicas: int) -> int:
     """Runs the candidates in order; returns the largest batch that fits."""
 
@@ -388,6 +427,9 @@ def _explore(search: _Search, start, limit, mode, step: int, replicas: int) -> i
         if limit is not None and batch > limit:
             search.rows.append(ProbeRow(batch, False, None, None, "limit"))
             capped = limit
+            break
+        if largest is not None and search.time_limit.spent(search.rows):
+            search.rows.append(ProbeRow(batch, False, None, None, "time"))
             break
         if not search.has_examples(batch):
             fewer = search.examples // replicas * replicas
@@ -428,9 +470,10 @@ def _explore(search: _Search, start, limit, mode, step: int, replicas: int) -> i
                 f"({smallest.reason}): {detail}. Use a smaller model or input, remat "
                 "(tfaccel blocks' remat=True), mixed precision, or a larger memory_budget_mb."
             )
-    if mode == "binsearch":
+    timed_out = search.rows[-1].reason == "time"
+    if mode == "binsearch" and not timed_out:
         upper = failed if failed is not None else capped + 1
-        while True:
+        while not search.time_limit.spent(search.rows):
             first = (largest // step + 1) * step
             candidates = list(range(first, upper, step))
             if not candidates:
