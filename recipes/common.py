@@ -284,6 +284,14 @@ def tune_batch_size(
             "not have; upgrade tfaccel or drop --tune-batch-size."
         )
     args = run.args
+    examples = int(unbatched.cardinality())
+    job = args.epochs * examples if examples > 0 and args.epochs > 0 else None
+    if job:
+        print(
+            f"--tune-batch-size: probing for at most {tuning.search.PROBE_SHARE:.0%} of a job of "
+            f"{job:,} examples ({args.epochs} epochs x {examples:,}), once the first batch "
+            "is timed; batches keep at least 20 steps an epoch"
+        )
     report = tuning.find_batch_size(
         build_model,
         unbatched,
@@ -293,6 +301,7 @@ def tune_batch_size(
         start=max(8, run.replicas),
         limit=16 if args.smoke else None,
         steps=1 if args.smoke else 5,
+        job_examples=job,
     )
     print(report.table())
     report.plot(str(run.out / "batch_size.png"))
