@@ -285,7 +285,8 @@ def tune_batch_size(
         )
     args = run.args
     examples = int(unbatched.cardinality())
-    job = args.epochs * examples if examples > 0 and args.epochs > 0 else None
+    # The job's size bounds the probe (smoke runs are bounded by `limit` instead).
+    job = args.epochs * examples if examples > 0 and args.epochs > 0 and not args.smoke else None
     if job:
         print(
             f"--tune-batch-size: probing for at most {tuning.search.PROBE_SHARE:.0%} of a job of "
@@ -305,6 +306,13 @@ def tune_batch_size(
     )
     print(report.table())
     report.plot(str(run.out / "batch_size.png"))
+    if report.capped_by == "time":
+        print(
+            f"--tune-batch-size: the job is too small for a probe to pay for itself (its time "
+            f"budget ran out at batch {report.max_batch_size}); training at batch "
+            f"{args.batch_size} and learning rate {args.learning_rate:.4g}, as given"
+        )
+        return
     best = max(run.replicas, report.best_batch_size // run.replicas * run.replicas)
     rule = tuning.rule_for(optimizer)  # sqrt for Adam and kin, linear for SGD
     scaled = tuning.scaled_learning_rate(
