@@ -304,6 +304,9 @@ def tune_batch_size(
         steps=1 if args.smoke else 5,
         job_examples=job,
     )
+    # The probe's models drew from the random generators: training starts from the seed
+    # as it would without tuning (the same batch then trains the same weights).
+    keras.utils.set_random_seed(args.seed)
     print(report.table())
     report.plot(str(run.out / "batch_size.png"))
     if report.capped_by == "time":
