@@ -153,10 +153,10 @@ def pipeline(
         batch_map: vectorised per-batch function (e.g. mixup).
         jit_compile: whether the model is XLA-compiled (for `drop_remainder`).
         shuffle_budget_mb: memory the shuffle buffer may use, MiB per pipeline.
-        check_finite: fail on the first element whose (floating) features hold NaN
-            or inf, naming its index in the source, with a
+        check_finite: fail on the first element whose (floating) features or label
+            hold NaN or inf, naming its index in the source and which, with a
             `tf.errors.InvalidArgumentError` when the data is read. Off by default:
-            it costs one `is_finite` pass over every element's features (before the
+            it costs one `is_finite` pass over every element (before the
             cache, so once when cached; every epoch without a cache).
 
     Returns:
@@ -353,7 +353,9 @@ def _build(config: _Config, context: tf.distribute.InputContext | None):
                 )
             plan.add("preprocess", fn=_name(config.preprocess), parallel="AUTOTUNE")
         plan.add(
-            "check_finite", what="features", cost="one is_finite pass per element, before the cache"
+            "check_finite",
+            what="features and labels",
+            cost="one is_finite pass per element, before the cache",
         )
     elif config.preprocess is not None:
         dataset = _map(dataset, config.preprocess, config, "preprocess")
