@@ -144,6 +144,23 @@ def profile_dir_is_file(tmp_path, monkeypatch):
     callbacks.ProfileSteps(str(tmp_path / "runs"), 1, 3)
 
 
+def csv_rows(tmp_path, text, name="c.csv", **kwargs):
+    return data.from_csv(write_csv(tmp_path / name, text), label="label", **kwargs)
+
+
+def csv_bad_int(cell):
+    return lambda t, m: csv_rows(t, f"n,label\n1,0\n2,1\n{cell},0\n")
+
+
+def csv_not_utf8(tmp_path, monkeypatch):
+    (tmp_path / "l.csv").write_bytes("city,label\nZürich,0\n".encode("latin-1"))
+    data.from_csv(str(tmp_path / "l.csv"), label="label")
+
+
+def csv_label_not_in_vocabulary(tmp_path, monkeypatch):
+    csv_rows(tmp_path, "x,label\n1,cat\n2,dgo\n", label_vocabulary=["cat", "dog"])
+
+
 CASES = [
     # devices
     ("visible_string", lambda t, m: devices.configure(visible="0"), TypeError,
@@ -201,6 +218,41 @@ CASES = [
      ValueError, ["feature 'label'", "int64", "float", "int64_list[1]"]),
     ("empty_class_folder", empty_class_folder, UserWarning,
      ["['owl']", "no images", "keep their index"]),
+    # data.from_csv never guesses (issue 21, section 2)
+    ("csv_duplicate_columns", lambda t, m: csv_rows(t, "a,a,label\n1,2,0\n"), ValueError,
+     ["names column(s) more than once", "'a' (columns [1, 2])", "its own name"]),
+    ("csv_duplicate_label_column", lambda t, m: csv_rows(t, "label,x,label\n1,2,0\n"),
+     ValueError, ["more than once", "'label' (columns [1, 3])"]),
+    ("csv_not_utf8", csv_not_utf8, ValueError,
+     ["l.csv", "is not utf-8 text", "encoding='latin-1'", "re-save it as UTF-8"]),
+    ("csv_unknown_encoding", lambda t, m: csv_rows(t, "x,label\n1,0\n", encoding="klingon"),
+     ValueError, ["unknown encoding='klingon'"]),
+    ("csv_utf16_encoding", lambda t, m: csv_rows(t, "x,label\n1,0\n", encoding="utf-16"),
+     ValueError, ["encoding='utf-16'", "cannot split", "Re-save the file as UTF-8"]),
+    ("csv_header_no_rows", lambda t, m: csv_rows(t, "x,label\n"), ValueError,
+     ["has a header but no rows", "no rows"]),
+    ("csv_float32_overflow", lambda t, m: csv_rows(t, "x,label\n1.5,0\n1e40,1\n"), ValueError,
+     ["line 3", "column 'x'", "'1e40'", "beyond float32's range", "read as inf"]),
+    ("csv_float32_overflow_negative", lambda t, m: csv_rows(t, "x,label\n1.5,0\n-4e38,1\n"),
+     ValueError, ["line 3", "'-4e38'", "float32"]),
+    ("csv_int_underscore", csv_bad_int("1_000"), ValueError,
+     ["line 4", "column 'n'", "'1_000'", "int64 TensorFlow's reader accepts"]),
+    ("csv_int_other_digits", csv_bad_int("\u0661\u0662"), ValueError,
+     ["line 4", "column 'n'", "int64 TensorFlow's reader accepts"]),
+    ("csv_int_beyond_int64", csv_bad_int("9223372036854775808"), ValueError,
+     ["line 4", "'9223372036854775808'", "int64"]),
+    ("csv_float_underscore", lambda t, m: csv_rows(t, "x,label\n1.5,0\n1_0.5,1\n"), ValueError,
+     ["line 3", "'1_0.5'", "not a number TensorFlow's CSV reader accepts"]),
+    ("csv_select_includes_label",
+     lambda t, m: csv_rows(t, "x,y,label\n1,2,0\n", select=["x", "label"]), ValueError,
+     ["includes the label column 'label'", "leave it out of select="]),
+    ("csv_select_string", lambda t, m: csv_rows(t, "x,y,label\n1,2,0\n", select="x"),
+     ValueError, ["select='x' is a string", "select=['x']"]),
+    ("csv_label_not_in_vocabulary", csv_label_not_in_vocabulary, ValueError,
+     ["line 3", "label 'dgo'", "not in label_vocabulary=['cat', 'dog']"]),
+    ("csv_vocabulary_repeats",
+     lambda t, m: csv_rows(t, "x,label\n1,cat\n", label_vocabulary=["cat", "cat"]),
+     ValueError, ["each label value once", "repeated: ['cat']"]),
     # Trainer
     ("label_out_of_range", lambda t, m: fit(X4, np.array([0, 1, 2, 5, 0, 1, 2, 0])), ValueError,
      ["label 5", "3 classes", "'sparse_categorical_crossentropy'", "0..2"]),

@@ -143,6 +143,38 @@ def test_from_csv_label_not_in_file(table):
         data.from_csv(table, label="target")
 
 
+def test_from_csv_strips_a_byte_order_mark(tmp_path):
+    path = tmp_path / "bom.csv"
+    path.write_bytes("\ufefflabel,x\n1,2.5\n0,3.5\n".encode())
+    rows = list(data.from_csv(str(path), label="label").as_numpy_iterator())
+    assert [(f["x"], y) for f, y in rows] == [(2.5, 1), (3.5, 0)]
+
+
+def test_from_csv_reads_another_encoding_as_utf8(tmp_path):
+    path = tmp_path / "latin.csv"
+    path.write_bytes("city,label\nZürich,0\nSão Paulo,1\n".encode("latin-1"))
+    rows = list(data.from_csv(str(path), label="label", encoding="latin-1").as_numpy_iterator())
+    assert [f["city"].decode() for f, _ in rows] == ["Zürich", "São Paulo"]
+
+
+def test_from_csv_label_vocabulary_maps_strings_to_class_indices(tmp_path):
+    path = tmp_path / "pets.csv"
+    path.write_text("weight,label\n4.1,dog\n3.0,cat\n5.2, dog\n")
+    dataset = data.from_csv(str(path), label="label", label_vocabulary=["cat", "dog"])
+    assert [int(y) for _, y in dataset] == [1, 0, 1]
+    assert dataset.element_spec[1].dtype == tf.int64
+
+
+def test_from_csv_accepts_what_the_reader_accepts(tmp_path):
+    # Written-out inf/nan read as written; spaces and signs around numbers are the reader's.
+    path = tmp_path / "ok.csv"
+    path.write_text("n,x,label\n 7 ,inf,0\n+8,-NaN,1\n-9,3e38,0\n")
+    rows = list(data.from_csv(str(path), label="label").as_numpy_iterator())
+    assert [int(f["n"]) for f, _ in rows] == [7, 8, -9]
+    xs = [f["x"] for f, _ in rows]
+    assert np.isinf(xs[0]) and np.isnan(xs[1]) and xs[2] == pytest.approx(3e38)
+
+
 def _write_records(tmp_path, files=3, per_file=4):
     for f in range(files):
         with tf.io.TFRecordWriter(str(tmp_path / f"part-{f}.tfrecord")) as writer:

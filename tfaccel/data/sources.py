@@ -20,6 +20,8 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
+from tfaccel.data import csv_rules
+
 AUTOTUNE = tf.data.AUTOTUNE
 _SOURCE_ATTR = "_tfaccel_source"
 _CSV_SAMPLE_ROWS = 1000
@@ -205,14 +207,20 @@ def from_tfds(
 
 
 def from_csv(
-    path: str, *, label: str, select: list[str] | None = None, missing: str = "zero"
+    path: str,
+    *,
+    label: str,
+    select: list[str] | None = None,
+    missing: str = "zero",
+    encoding: str = "utf-8",
+    label_vocabulary: list[str] | None = None,
 ) -> tf.data.Dataset:
     """Reads a CSV table (with a header row) as `(features_dict, label)` rows.
 
     Column types are inferred from the first 1,000 rows: integers → int64,
     other numbers → float32, anything else → string. The whole file is checked
-    once, in Python, before TensorFlow reads it, so a bad row is reported by its
-    line number.
+    once, in Python, with the rules of TensorFlow's CSV reader, before TensorFlow
+    reads it, so a bad cell is reported by its line and column.
 
     Args:
         path: the CSV file.
@@ -221,50 +229,62 @@ def from_csv(
         missing: what an empty cell of a numeric feature column reads as: "zero"
             (0, as TensorFlow's CSV readers do, with one warning naming the columns),
             "nan" (NaN; such a column reads as float32), or "error" (refuse the file).
+        encoding: the file's text encoding (a UTF-8 byte-order mark is skipped);
+            string cells of another encoding are transcoded to UTF-8.
+        label_vocabulary: the label's values, in class order: each label reads as
+            its index here (int64), e.g. `["cat", "dog"]` → 0, 1.
 
     Returns:
         An unbatched dataset of `({column: value}, label)`.
 
     Raises:
         FileNotFoundError: no file at `path`.
-        ValueError: `label` or a `select` name is not a column, the file is empty,
-            a row has more or fewer cells than the header, a label cell is empty,
-            or a numeric column holds a value of another type after the rows its
-            type was inferred from (each names the line); an empty numeric cell with
-            `missing="error"`; an unknown `missing`.
+        ValueError: `label` or a `select` name is not a column, `select` names the
+            label, a column name repeats, the file is empty, has no rows or is not
+            text in `encoding`, a row has more or fewer cells than the header, a label
+            cell is empty or not in `label_vocabulary`, or a numeric cell the reader
+            would refuse or read as inf (each names the line and column); an empty
+            numeric cell with `missing="error"`; an unknown `missing` or `encoding`.
     """
     if missing not in _MISSING:
         raise ValueError(f"from_csv: missing must be one of {_MISSING}, got {missing!r}.")
     if not os.path.isfile(path):
         raise FileNotFoundError(f"from_csv: no CSV file at {path!r}.")
-    with open(path, newline="") as handle:
+    vocabulary = _check_vocabulary(label_vocabulary)
+    codec = csv_rules.check_encoding(path, encoding)
+    with open(path, newline="", encoding=codec) as handle:
         reader = csv.reader(handle)
-        header = next(reader, None)
-        if not header:
-            raise ValueError(f"from_csv: {path!r} is empty; expected a header row of column names.")
-        if label not in header:
+        try:
+            header = next(reader, None)
+            features, wanted = _columns(path, header, label, select)
+            sample = [
+                (reader.line_num, row)
+                for _, row in zip(range(_CSV_SAMPLE_ROWS), reader, strict=False)
+            ]
+            if not sample:
+                raise ValueError(
+                    f"from_csv: {path!r} has a header but no rows: the file has no rows to "
+                    "read. Check that the file was written completely."
+                )
+            kinds = [
+                "string"
+                if vocabulary and header[i] == label
+                else csv_rules.column_kind([row[i] for _, row in sample if len(row) == len(header)])
+                for i in wanted
+            ]
+            checker = _RowChecker(path, header, label, wanted, kinds, missing == "error")
+            checker.vocabulary = vocabulary
+            for line, row in sample:
+                checker.check(line, row)
+            for row in reader:
+                checker.check(reader.line_num, row)
+        except UnicodeDecodeError as error:
             raise ValueError(
-                f"from_csv: label column {label!r} is not in {path!r}; its columns are "
-                f"{header}. Pass label=<one of those>."
-            )
-        features = [c for c in header if c != label] if select is None else list(select)
-        unknown = [c for c in features if c not in header]
-        if unknown:
-            raise ValueError(
-                f"from_csv: select names unknown column(s) {unknown}; columns: {header}."
-            )
-        wanted = [i for i, c in enumerate(header) if c in features or c == label]
-        sample = [
-            (reader.line_num, row) for _, row in zip(range(_CSV_SAMPLE_ROWS), reader, strict=False)
-        ]
-        kinds = [
-            _column_kind([row[i] for _, row in sample if len(row) == len(header)]) for i in wanted
-        ]
-        checker = _RowChecker(path, header, label, wanted, kinds, refuse_empty=missing == "error")
-        for line, row in sample:
-            checker.check(line, row)
-        for row in reader:
-            checker.check(reader.line_num, row)
+                f"from_csv: {path!r} is not {encoding} text (byte "
+                f"{error.object[error.start]:#04x} after line {reader.line_num}: "
+                f"{error.reason}). Pass the file's encoding, e.g. encoding='latin-1', or "
+                "re-save it as UTF-8."
+            ) from None
     names = [header[i] for i in wanted]
     defaults = [_DEFAULTS[kind]() for kind in kinds]
     if checker.empty and missing == "nan":
@@ -285,14 +305,80 @@ def from_csv(
     dataset = tf.data.experimental.CsvDataset(
         path, defaults, header=True, select_cols=wanted, na_value=""
     )
+    table = None
+    if vocabulary:
+        table = tf.lookup.StaticHashTable(
+            tf.lookup.KeyValueTensorInitializer(
+                tf.constant(vocabulary), tf.range(len(vocabulary), dtype=tf.int64)
+            ),
+            default_value=-1,
+        )
 
     def to_pair(*values):
         columns = dict(zip(names, values, strict=True))
+        if codec != "utf-8-sig":
+            columns = {
+                k: tf.strings.unicode_transcode(v, encoding, "UTF-8") if v.dtype == tf.string else v
+                for k, v in columns.items()
+            }
         target = columns.pop(label)
+        if table is not None:
+            target = table.lookup(tf.strings.strip(target))
         return {name: columns[name] for name in features}, target
 
     dataset = dataset.map(to_pair, num_parallel_calls=AUTOTUNE)
     return attach_source(dataset, SourceInfo("csv", {"path": path, "label": label}))
+
+
+def _check_vocabulary(vocabulary) -> list[str] | None:
+    if vocabulary is None:
+        return None
+    if isinstance(vocabulary, str) or not all(isinstance(v, str) for v in vocabulary):
+        raise TypeError(
+            f"from_csv: label_vocabulary must be a list of strings, got {vocabulary!r}."
+        )
+    vocabulary = [v.strip() for v in vocabulary]
+    repeated = sorted({v for v in vocabulary if vocabulary.count(v) > 1})
+    if not vocabulary or repeated:
+        raise ValueError(
+            "from_csv: label_vocabulary must list each label value once, in class order; "
+            f"got {vocabulary!r}" + (f" (repeated: {repeated})." if repeated else ".")
+        )
+    return vocabulary
+
+
+def _columns(path: str, header, label: str, select) -> tuple[list[str], list[int]]:
+    """The feature names and the indices of the columns to read (features and label)."""
+    if not header:
+        raise ValueError(f"from_csv: {path!r} is empty; expected a header row of column names.")
+    repeated = sorted({c for c in header if header.count(c) > 1})
+    if repeated:
+        where = {c: [i + 1 for i, h in enumerate(header) if h == c] for c in repeated}
+        raise ValueError(
+            f"from_csv: {path!r} names column(s) more than once: "
+            + ", ".join(f"{c!r} (columns {where[c]})" for c in repeated)
+            + f"; header {header}. Give each column its own name."
+        )
+    if label not in header:
+        raise ValueError(
+            f"from_csv: label column {label!r} is not in {path!r}; its columns are "
+            f"{header}. Pass label=<one of those>."
+        )
+    if isinstance(select, str):
+        raise ValueError(
+            f"from_csv: select={select!r} is a string; pass a list of feature columns, e.g. "
+            f"select=[{select!r}]."
+        )
+    if select is not None and label in select:
+        raise ValueError(
+            f"from_csv: select={select!r} includes the label column {label!r}. The label is "
+            "returned apart from the features; leave it out of select=."
+        )
+    features = [c for c in header if c != label] if select is None else list(select)
+    unknown = [c for c in features if c not in header]
+    if unknown:
+        raise ValueError(f"from_csv: select names unknown column(s) {unknown}; columns: {header}.")
+    return features, [i for i, c in enumerate(header) if c in features or c == label]
 
 
 _MISSING = ("zero", "nan", "error")
@@ -303,17 +389,10 @@ _DEFAULTS = {
 }
 
 
-def _column_kind(values: list[str]) -> str:
-    present = [v.strip() for v in values if v.strip()]
-    if present and all(_parses(v, int) for v in present):
-        return "int64"
-    if present and all(_parses(v, float) for v in present):
-        return "float32"
-    return "string"
-
-
 class _RowChecker:
     """Checks each CSV row against the header and the inferred column types."""
+
+    vocabulary: list[str] | None = None
 
     def __init__(self, path, header, label, wanted, kinds, refuse_empty=False):
         self.path, self.header, self.label = path, header, label
@@ -335,9 +414,9 @@ class _RowChecker:
                 "(an empty cell is written as nothing between two commas)."
             )
         for index, kind in self.columns:
-            value = row[index].strip()
+            cell = row[index]
             name = self.header[index]
-            if not value:
+            if not cell.strip():
                 if name == self.label:
                     raise ValueError(
                         f"{where} has an empty label cell (column {name!r}). A missing label "
@@ -353,21 +432,27 @@ class _RowChecker:
                     count, first = self.empty.get(name, (0, line))
                     self.empty[name] = (count + 1, first)
                 continue
-            if kind != "string" and not _parses(value, int if kind == "int64" else float):
+            if name == self.label and self.vocabulary and cell.strip() not in self.vocabulary:
                 raise ValueError(
-                    f"{where}: column {name!r} holds {row[index]!r}, but its type was "
-                    f"inferred as {kind} from the first {_CSV_SAMPLE_ROWS} rows. Fix or "
-                    "empty that cell (see from_csv's missing=), or make the "
-                    "column's type clear in its first rows."
+                    f"{where}: label {cell!r} (column {name!r}) is not in label_vocabulary="
+                    f"{self.vocabulary}. Add it to the vocabulary or fix the cell."
+                )
+            problem = _cell_problem(cell, kind)
+            if problem:
+                raise ValueError(
+                    f"{where}: column {name!r} holds {cell!r}, which {problem}; the column "
+                    f"reads as {kind} (inferred from the first {_CSV_SAMPLE_ROWS} rows). Fix "
+                    "or empty that cell (see from_csv's missing=), or make the column's type "
+                    "clear in its first rows."
                 )
 
 
-def _parses(value: str, kind: type) -> bool:
-    try:
-        kind(value)
-    except ValueError:
-        return False
-    return True
+def _cell_problem(cell: str, kind: str) -> str | None:
+    if kind == "int64":
+        return None if csv_rules.is_int64(cell) else "is not an int64 TensorFlow's reader accepts"
+    if kind == "float32":
+        return csv_rules.float32_problem(cell)
+    return None
 
 
 def from_tfrecords(
