@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
+import operator
 import os
 from collections.abc import Callable
 from typing import Any
@@ -165,9 +166,11 @@ def pipeline(
 
     Raises:
         ValueError: `batch_size` not a positive int or not divisible by the
-            replicas, `augment` with `training=False`, a bad `cache` /
-            `shuffle_buffer` / `repeat`, or a shuffle buffer over the budget.
+            replicas, a `seed` that is not None or an integer >= 0, `augment` with
+            `training=False`, a bad `cache` / `shuffle_buffer` / `repeat`, or a shuffle
+            buffer over the budget.
         FileNotFoundError: the cache path's directory does not exist.
+        PermissionError: the cache path's directory cannot be written.
         TypeError: `source` is not a dataset or function, training elements are
             not `(features, label)` pairs, or `preprocess` / `augment` /
             `batch_map` does not take one argument per element component.
@@ -211,7 +214,7 @@ def pipeline(
         cache=cache_lib.check_cache(cache),
         shuffle_buffer=shuffle_buffer if training else None,
         shuffle_budget_mb=shuffle_budget_mb,
-        seed=seed,
+        seed=_check_seed(seed),
         deterministic=(seed is not None or not training)
         if deterministic is None
         else deterministic,
@@ -227,6 +230,22 @@ def pipeline(
         return fn
     dataset, plan = _build(config, None)
     return attach(dataset, plan)
+
+
+def _check_seed(seed) -> int | None:
+    """The seed as an int in [0, 2**63), or None; raises ValueError for anything else."""
+    if seed is None:
+        return None
+    try:
+        number = None if isinstance(seed, bool) else operator.index(seed)
+    except TypeError:
+        number = None
+    if number is None or not 0 <= number < 2**63:
+        raise ValueError(
+            f"seed must be None or an integer in [0, 2**63), got {seed!r}. Pass e.g. seed=0 "
+            "(a fixed shuffle order), or seed=None for a new order each run."
+        )
+    return number
 
 
 def _name(fn: Callable) -> str:

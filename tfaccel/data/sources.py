@@ -96,7 +96,8 @@ def from_arrays(x: Any, y: Any = None) -> tf.data.Dataset:
         An unbatched dataset of `(x[i], y[i])` (or `x[i]` when `y` is None).
 
     Raises:
-        TypeError: `x` is None.
+        TypeError: `x` is None, or an array has dtype object and holds anything but
+            strings (named, with the Python types it holds).
         ValueError: a scalar, a ragged (nested lists of unequal lengths) array,
             or arrays that do not all have the same number of rows.
     """
@@ -105,9 +106,9 @@ def from_arrays(x: Any, y: Any = None) -> tf.data.Dataset:
             "from_arrays: x is None; expected the features as an array (or a dict / tuple "
             "of arrays) with one row per example, e.g. from_arrays(x_train, y_train)."
         )
-    lengths = {_rows(a, "x") for a in _leaves(x)}
+    lengths = {_rows(a, name) for name, a in _leaves(x, "x")}
     if y is not None:
-        lengths |= {_rows(a, "y") for a in _leaves(y)}
+        lengths |= {_rows(a, name) for name, a in _leaves(y, "y")}
     if len(lengths) > 1:
         raise ValueError(
             f"from_arrays: x and y must have the same number of rows, got lengths "
@@ -118,13 +119,14 @@ def from_arrays(x: Any, y: Any = None) -> tf.data.Dataset:
     return attach_source(dataset, SourceInfo("arrays", {"elements": count}, count=count))
 
 
-def _leaves(structure: Any) -> list:
-    """The arrays of a `from_tensor_slices` structure (dicts and tuples nest; lists do not)."""
+def _leaves(structure: Any, name: str) -> list[tuple[str, Any]]:
+    """`(name, array)` for each array of a `from_tensor_slices` structure (dicts and
+    tuples nest; lists do not)."""
     if isinstance(structure, dict):
-        return [leaf for value in structure.values() for leaf in _leaves(value)]
+        return [leaf for k, v in structure.items() for leaf in _leaves(v, f"{name}[{k!r}]")]
     if isinstance(structure, tuple):
-        return [leaf for value in structure for leaf in _leaves(value)]
-    return [structure]
+        return [leaf for i, v in enumerate(structure) for leaf in _leaves(v, f"{name}[{i}]")]
+    return [(name, structure)]
 
 
 def _rows(array: Any, name: str) -> int:
@@ -144,6 +146,8 @@ def _rows(array: Any, name: str) -> int:
                 "an array. Pad the rows to one length (keras.utils.pad_sequences), or pass "
                 f"a tf.RaggedTensor (tf.ragged.constant({name})). NumPy said: {error}"
             ) from None
+    if getattr(getattr(array, "dtype", None), "kind", None) == "O":
+        _check_objects(np.asarray(array), name)
     shape = np.shape(array)
     if not shape:
         raise ValueError(
@@ -151,6 +155,19 @@ def _rows(array: Any, name: str) -> int:
             "indexes the examples, e.g. shape (num_examples, ...)."
         )
     return int(shape[0])
+
+
+def _check_objects(array: np.ndarray, name: str) -> None:
+    """Raises TypeError for an object array that is not all strings (those read as text)."""
+    kinds = sorted({type(v).__name__ for v in array.ravel()})
+    if kinds and set(kinds) <= {"str", "bytes"}:
+        return
+    raise TypeError(
+        f"from_arrays: {name} has dtype object (holding {', '.join(kinds[:5]) or 'nothing'}), "
+        "which TensorFlow cannot slice. Convert it to a numeric dtype first, e.g. "
+        f"{name}.astype('float32') (fill missing values before: pandas' fillna), or to "
+        "strings with .astype(str)."
+    )
 
 
 def from_tfds(
