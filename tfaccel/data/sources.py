@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import csv
 import dataclasses
+import functools
 import os
 import re
 import warnings
@@ -25,6 +26,7 @@ from tfaccel.data import csv_rules
 AUTOTUNE = tf.data.AUTOTUNE
 _SOURCE_ATTR = "_tfaccel_source"
 _CSV_SAMPLE_ROWS = 1000
+_CSV_GUESS_ROWS = 50  # kinds guessed from these, confirmed by TensorFlow's reader
 
 
 @dataclasses.dataclass
@@ -269,50 +271,19 @@ def from_csv(
         raise FileNotFoundError(f"from_csv: no CSV file at {path!r}.")
     vocabulary = _check_vocabulary(label_vocabulary)
     codec = csv_rules.check_encoding(path, encoding)
-    with open(path, newline="", encoding=codec) as handle:
-        reader = csv.reader(handle)
-        try:
-            header = next(reader, None)
-            features, wanted = _columns(path, header, label, select)
-            sample = [
-                (reader.line_num, row)
-                for _, row in zip(range(_CSV_SAMPLE_ROWS), reader, strict=False)
-            ]
-            if not sample:
-                raise ValueError(
-                    f"from_csv: {path!r} has a header but no rows: the file has no rows to "
-                    "read. Check that the file was written completely."
-                )
-            kinds = [
-                "string"
-                if vocabulary and header[i] == label
-                else csv_rules.column_kind([row[i] for _, row in sample if len(row) == len(header)])
-                for i in wanted
-            ]
-            checker = _RowChecker(path, header, label, wanted, kinds, missing == "error")
-            checker.vocabulary = vocabulary
-            for line, row in sample:
-                checker.check(line, row)
-            for row in reader:
-                checker.check(reader.line_num, row)
-        except UnicodeDecodeError as error:
-            raise ValueError(
-                f"from_csv: {path!r} is not {encoding} text (byte "
-                f"{error.object[error.start]:#04x} after line {reader.line_num}: "
-                f"{error.reason}). Pass the file's encoding, e.g. encoding='latin-1', or "
-                "re-save it as UTF-8."
-            ) from None
+    header, features, wanted, kinds, empty = check_csv(
+        path, label, select, missing, codec, encoding, vocabulary
+    )
     names = [header[i] for i in wanted]
     defaults = [_DEFAULTS[kind]() for kind in kinds]
-    if checker.empty and missing == "nan":
+    if empty and missing == "nan":
         defaults = [
-            tf.constant(np.nan, tf.float32) if name in checker.empty else default
+            tf.constant(np.nan, tf.float32) if name in empty else default
             for name, default in zip(names, defaults, strict=True)
         ]
-    elif checker.empty:
+    elif empty:
         listing = ", ".join(
-            f"{name!r}: {count} (first at line {line})"
-            for name, (count, line) in checker.empty.items()
+            f"{name!r}: {count} (first at line {line})" for name, (count, line) in empty.items()
         )
         warnings.warn(
             f"from_csv: empty numeric cell(s) in {path!r} read as 0 — {listing}. Pass "
@@ -345,6 +316,64 @@ def from_csv(
 
     dataset = dataset.map(to_pair, num_parallel_calls=AUTOTUNE)
     return attach_source(dataset, SourceInfo("csv", {"path": path, "label": label}))
+
+
+def check_csv(path, label, select, missing, codec, encoding, vocabulary):
+    """`from_csv`'s check of the whole file: `(header, features, wanted column indices,
+    kinds, empty numeric cells)`, or ValueError naming the line and column at fault."""
+    with open(path, newline="", encoding=codec) as handle:
+        reader = csv.reader(handle)
+        try:
+            header = next(reader, None)
+            features, wanted = _columns(path, header, label, select)
+            head = _take(reader, _CSV_GUESS_ROWS)
+            if not head:
+                raise ValueError(
+                    f"from_csv: {path!r} has a header but no rows: the file has no rows to "
+                    "read. Check that the file was written completely."
+                )
+            rows = functools.cache(lambda: csv_rules.sample_rows(path, codec, _CSV_SAMPLE_ROWS))
+            fast = csv_rules.fast_scan(
+                path, codec, header, wanted, label, vocabulary, head, missing == "error", rows
+            )
+            if fast is None:  # row by row, naming the line of what is wrong
+                sample = head + _take(reader, _CSV_SAMPLE_ROWS - len(head))
+                kinds, empty = _check_rows(
+                    path, header, label, wanted, vocabulary, sample, reader, missing
+                )
+            else:
+                kinds, empty = fast
+        except UnicodeDecodeError as error:
+            raise ValueError(
+                f"from_csv: {path!r} is not {encoding} text (byte "
+                f"{error.object[error.start]:#04x} after line {reader.line_num}: "
+                f"{error.reason}). Pass the file's encoding, e.g. encoding='latin-1', or "
+                "re-save it as UTF-8."
+            ) from None
+    return header, features, wanted, kinds, empty
+
+
+def _take(reader, count: int) -> list[tuple[int, list[str]]]:
+    """The next `count` rows of a `csv.reader`, each with its (last) line number."""
+    return [(reader.line_num, row) for _, row in zip(range(count), reader, strict=False)]
+
+
+def _check_rows(path, header, label, wanted, vocabulary, sample, reader, missing):
+    """Infers the column kinds from `sample` and checks every row in Python, raising
+    ValueError at the first bad line; returns (kinds, empty numeric cells per column)."""
+    kinds = [
+        "string"
+        if vocabulary and header[i] == label
+        else csv_rules.column_kind([row[i] for _, row in sample if len(row) == len(header)])
+        for i in wanted
+    ]
+    checker = _RowChecker(path, header, label, wanted, kinds, missing == "error")
+    checker.vocabulary = vocabulary
+    for line, row in sample:
+        checker.check(line, row)
+    for row in reader:
+        checker.check(reader.line_num, row)
+    return kinds, checker.empty
 
 
 def _check_vocabulary(vocabulary) -> list[str] | None:
