@@ -243,35 +243,38 @@ def _reads_values(kind, name: str, label: tf.TensorSpec) -> bool:
 
 def _check_values(dataset: tf.data.Dataset, kind: str, name: str, output) -> None:
     """Reads the first batch's labels (only) and names NaN, fractions or out-of-range values."""
-    for element in dataset.take(1):
-        labels = np.asarray(element[1])
-        if labels.dtype.kind == "f" and not np.isfinite(labels).all():
-            bad = labels[~np.isfinite(labels)][0]
+    try:  # one op, no Python iterator: a few ms where `for element in ...` takes tens
+        element = dataset.take(1).get_single_element()
+    except tf.errors.InvalidArgumentError:
+        return  # no batch: check_not_empty says so where it matters
+    labels = np.asarray(element[1])
+    if labels.dtype.kind == "f" and not np.isfinite(labels).all():
+        bad = labels[~np.isfinite(labels)][0]
+        raise ValueError(
+            f"The labels of the first batch hold {bad} (not finite), so the loss {name!r} "
+            "cannot use them. Fix or drop those rows (e.g. Dataset.filter), or impute the "
+            "label; tfaccel.data.pipeline(check_finite=True) names each element with a "
+            "non-finite feature or label."
+        )
+    if kind == SPARSE:
+        fractional = labels[labels != np.round(labels)]
+        if fractional.size:
             raise ValueError(
-                f"The labels of the first batch hold {bad} (not finite), so the loss {name!r} "
-                "cannot use them. Fix or drop those rows (e.g. Dataset.filter), or impute the "
-                "label; tfaccel.data.pipeline(check_finite=True) names each element with a "
-                "non-finite feature or label."
+                f"The loss {name!r} takes integer class indices, but the labels hold "
+                f"fractions (e.g. {float(fractional[0]):g}); it would truncate them to a "
+                "class silently. Use integer class labels, or for soft/one-hot targets a "
+                "non-sparse loss such as 'categorical_crossentropy'."
             )
-        if kind == SPARSE:
-            fractional = labels[labels != np.round(labels)]
-            if fractional.size:
-                raise ValueError(
-                    f"The loss {name!r} takes integer class indices, but the labels hold "
-                    f"fractions (e.g. {float(fractional[0]):g}); it would truncate them to a "
-                    "class silently. Use integer class labels, or for soft/one-hot targets a "
-                    "non-sparse loss such as 'categorical_crossentropy'."
-                )
-        elif labels.size and (labels.min() < 0 or labels.max() > 1):
-            bad = labels.max() if labels.max() > 1 else labels.min()
-            classes = output[-1] if output and len(output) > 1 else None
-            more = (
-                "give the last layer one unit per class and use sparse_categorical_crossentropy"
-                if classes == 1
-                else "use sparse_categorical_crossentropy"
-            )
-            raise ValueError(
-                f"The loss {name!r} takes targets in [0, 1], but the labels hold {bad:g}. For "
-                f"more than two classes with integer labels {more}; for two classes, labels "
-                "0 and 1."
-            )
+    elif labels.size and (labels.min() < 0 or labels.max() > 1):
+        bad = labels.max() if labels.max() > 1 else labels.min()
+        classes = output[-1] if output and len(output) > 1 else None
+        more = (
+            "give the last layer one unit per class and use sparse_categorical_crossentropy"
+            if classes == 1
+            else "use sparse_categorical_crossentropy"
+        )
+        raise ValueError(
+            f"The loss {name!r} takes targets in [0, 1], but the labels hold {bad:g}. For "
+            f"more than two classes with integer labels {more}; for two classes, labels "
+            "0 and 1."
+        )
