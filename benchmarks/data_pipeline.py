@@ -23,7 +23,8 @@ batch, in (b) through `pipeline(batch_map=...)` and in (c) as a map after
 microseconds each, which dominates on few cores.
 
 `--checks` instead times the up-front input checks of issue 21 against one epoch of the
-digits recipe (`recipes/digits.py`: its data, model, pipeline and Trainer): the label
+digits recipe (`recipes/digits.py`: its data, model, pipelines and Trainer; an epoch is
+its training and its validation pass, as the recipe runs them): the label
 contract (`tfaccel.data.check`, as the Trainer calls it; and with float labels, when it
 reads one batch) and `from_csv`'s check of the digits training set written as a CSV
 (`sources.check_csv`: the whole file, not the dataset's construction). Target: each
@@ -170,8 +171,9 @@ def input_checks(rounds: int, out: str) -> dict:
     import digits
 
     loss = "sparse_categorical_crossentropy"
-    (x, y), _, _ = digits.load(0)
+    (x, y), (x_val, y_val), _ = digits.load(0)
     train = data.pipeline(data.from_arrays(x, y), batch_size=64, training=True, seed=0)
+    val = data.pipeline(data.from_arrays(x_val, y_val), batch_size=256, training=False)
     floats = data.pipeline(data.from_arrays(x, y.astype("float32")), batch_size=64, training=True)
     trainer = tfaccel.Trainer(digits.build_model, loss=loss, metrics="accuracy")
     epochs: list[float] = []
@@ -183,8 +185,8 @@ def input_checks(rounds: int, out: str) -> dict:
         def on_epoch_end(self, epoch, logs=None):
             epochs.append(time.perf_counter() - self.started)
 
-    trainer.fit(train, epochs=2, verbose=0)  # tracing and the first iterator
-    trainer.fit(train, epochs=rounds, verbose=0, callbacks=[EpochTime()])
+    trainer.fit(train, epochs=2, verbose=0, validation_data=val)  # tracing, first iterators
+    trainer.fit(train, epochs=rounds, verbose=0, validation_data=val, callbacks=[EpochTime()])
     with tempfile.TemporaryDirectory(prefix="tfaccel-bench-csv-") as root:
         path = os.path.join(root, "digits.csv")
         flat = x.reshape(len(x), -1)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import codecs
 import csv
+import functools
 import re
 
 import numpy as np
@@ -92,34 +93,35 @@ def check_encoding(path: str, encoding: str) -> str:
     return name
 
 
-_INT_CHARS = str.maketrans("", "", "0123456789+- \t")
-_FLOAT_CHARS = str.maketrans("", "", "0123456789+-.eE \t" + "infatyINFATY")
+_INT_CHARS = b"0123456789+- \t"
+_FLOAT_CHARS = _INT_CHARS + b".eE" + b"infatyINFATY"  # and inf, infinity, nan
 _MISSING_INT = -(2**63)
 _DECODE_ERROR = re.compile(r"Field (\d+) in record \d+ is not a valid")
 
 
-def _guess(cells: tuple[str, ...]) -> str:
-    """The kind `column_kind` gives, guessed from the characters alone (C speed)."""
-    joined = "".join(cells)
-    if not joined.strip(" \t"):
+def _guess(cells: tuple, codec: str) -> str:
+    """`column_kind` of the cells (bytes), from their characters alone where that is
+    enough (C speed); TensorFlow's decoder then confirms the numbers."""
+    joined = b"".join(cells)
+    if not joined.strip(b" \t"):
         return "string"
-    if not joined.translate(_INT_CHARS):
+    if not joined.translate(None, _INT_CHARS):
         return "int64"
-    if not joined.translate(_FLOAT_CHARS):
+    if not joined.translate(None, _FLOAT_CHARS):
         return "float32"
-    return column_kind(list(cells))  # cheap for text: stops at the first non-number
+    return column_kind([c.decode(codec) for c in cells])  # text: stops at its first cell
 
 
-def fast_scan(path, codec, header, wanted, label, vocabulary, head, refuse_empty, sample_rows):
+def fast_scan(path, codec, header, wanted, label, vocabulary, refuse_empty, sample_count):
     """`(kinds, empty)` as the row-by-row check would find them, from one `tf.io.decode_csv`
     over every line (TensorFlow's own rules, C++ speed), or None when anything needs the
     row-by-row check (which then names the line): a cell the reader refuses, an empty
     label, a float32 overflow, a blank line, a quoted line break, an empty cell with
     `missing="error"`.
 
-    Kinds are guessed from the characters of the `head` rows, and a column TensorFlow
-    refuses as guessed gets `column_kind` of `sample_rows()` (the first 1,000 rows).
-    `empty` maps each numeric column with empty cells to (count, first line).
+    Kinds are guessed from the characters of the first `sample_count` rows; a column the
+    decoder refuses as guessed gets `column_kind` of those rows. `empty` maps each
+    numeric column with empty cells to (count, first line).
     """
     with open(path, "rb") as handle:
         raw = handle.read()
@@ -129,34 +131,48 @@ def fast_scan(path, codec, header, wanted, label, vocabulary, head, refuse_empty
         return None
     lines = raw.splitlines()[1:]
     width = len(header)
-    one_line_rows = head[-1][0] == len(head) + 1  # no quoted line break so far
-    if not one_line_rows or b"" in lines or any(len(row) != width for _, row in head):
+    if b"" in lines:
         return None
-    columns = list(zip(*(row for _, row in head), strict=True))
-    kinds = ["string" if vocabulary and header[i] == label else _guess(columns[i]) for i in wanted]
+    if b'"' in raw:
+        rows = [[c.encode(codec) for c in row] for row in sample_rows(path, codec, sample_count)]
+        if any(len(row) != width for row in rows):
+            return None
+        columns = list(zip(*rows, strict=True))
+    else:  # no quotes: a comma always separates cells (decode_csv checks the counts)
+        cells = b",".join(lines[:sample_count]).split(b",")
+        if len(cells) != width * min(len(lines), sample_count):
+            return None
+        columns = [cells[i::width] for i in range(width)]
+    kinds = [
+        "string" if vocabulary and header[i] == label else _guess(columns[i], codec) for i in wanted
+    ]
+    records = tf.constant(np.array(lines, dtype=bytes))  # C++ copy, not a Python loop
     for _ in range(8):
-        defaults = [tf.constant("", tf.string)] * width
+        defaults = [_default("string")] * width
         for i, kind in zip(wanted, kinds, strict=True):
-            if kind != "string":
-                defaults[i] = tf.constant(_MISSING_INT if kind == "int64" else np.nan, kind)
+            defaults[i] = _default(kind)
         try:
-            decoded = tf.io.decode_csv(lines, defaults, na_value="")
+            decoded = tf.io.decode_csv(records, defaults, na_value="")
             break
         except tf.errors.InvalidArgumentError as error:
             match = _DECODE_ERROR.search(error.message)
             if not match or int(match.group(1)) not in wanted:
                 return None
             column = int(match.group(1))
-            rows = sample_rows()
-            if any(len(row) != width for row in rows):
-                return None
-            kind = column_kind([row[column] for row in rows])
+            kind = column_kind([c.decode(codec) for c in columns[column]])
             if kind == kinds[wanted.index(column)]:
                 return None  # a cell the reader refuses in a column of its kind
             kinds[wanted.index(column)] = kind
     else:
         return None
     return _scan_values(lines, header, wanted, kinds, decoded, label, vocabulary, refuse_empty)
+
+
+@functools.cache
+def _default(kind: str) -> tf.Tensor:
+    """What an empty cell decodes to: a value no cell holds for numbers (NaN, int64's
+    least), so empty cells can be found; made once."""
+    return tf.constant({"int64": _MISSING_INT, "float32": np.nan, "string": ""}[kind], kind)
 
 
 def sample_rows(path: str, codec: str, count: int) -> list[list[str]]:
@@ -182,7 +198,10 @@ def _scan_values(lines, header, wanted, kinds, decoded, label, vocabulary, refus
         if not odd.any():
             continue
         if texts is None:
-            texts = tf.io.decode_csv(lines, [tf.constant("", tf.string)] * len(header))
+            texts = tf.io.decode_csv(
+                tf.constant(np.array(lines, dtype=bytes)),
+                [tf.constant("", tf.string)] * len(header),
+            )
         where = np.flatnonzero(odd)
         cells = np.char.strip(texts[i].numpy()[where].astype(bytes))
         blank = cells == b""

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import csv
 import dataclasses
-import functools
 import os
 import re
 import warnings
@@ -26,7 +25,6 @@ from tfaccel.data import csv_rules
 AUTOTUNE = tf.data.AUTOTUNE
 _SOURCE_ATTR = "_tfaccel_source"
 _CSV_SAMPLE_ROWS = 1000
-_CSV_GUESS_ROWS = 50  # kinds guessed from these, confirmed by TensorFlow's reader
 
 
 @dataclasses.dataclass
@@ -326,15 +324,14 @@ def check_csv(path, label, select, missing, codec, encoding, vocabulary):
         try:
             header = next(reader, None)
             features, wanted = _columns(path, header, label, select)
-            head = _take(reader, _CSV_GUESS_ROWS)
+            head = _take(reader, 1)
             if not head:
                 raise ValueError(
                     f"from_csv: {path!r} has a header but no rows: the file has no rows to "
                     "read. Check that the file was written completely."
                 )
-            rows = functools.cache(lambda: csv_rules.sample_rows(path, codec, _CSV_SAMPLE_ROWS))
             fast = csv_rules.fast_scan(
-                path, codec, header, wanted, label, vocabulary, head, missing == "error", rows
+                path, codec, header, wanted, label, vocabulary, missing == "error", _CSV_SAMPLE_ROWS
             )
             if fast is None:  # row by row, naming the line of what is wrong
                 sample = head + _take(reader, _CSV_SAMPLE_ROWS - len(head))
