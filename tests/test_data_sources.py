@@ -157,11 +157,17 @@ def test_from_csv_reads_another_encoding_as_utf8(tmp_path):
     assert [f["city"].decode() for f, _ in rows] == ["Zürich", "São Paulo"]
 
 
-def test_from_csv_label_vocabulary_maps_strings_to_class_indices(tmp_path):
+@pytest.mark.parametrize("encoding", ["utf-8", "latin-1"])
+def test_from_csv_label_vocabulary_maps_strings_to_class_indices(tmp_path, encoding):
     path = tmp_path / "pets.csv"
-    path.write_text("weight,label\n4.1,dog\n3.0,cat\n5.2, dog\n")
-    dataset = data.from_csv(str(path), label="label", label_vocabulary=["cat", "dog"])
-    assert [int(y) for _, y in dataset] == [1, 0, 1]
+    path.write_bytes(
+        "weight,label\n4.1,chien\n3.0,chat\n5.2, chien\n1.0,hérisson\n".encode(encoding)
+    )
+    vocabulary = ["chat", "chien", "hérisson"]
+    dataset = data.from_csv(
+        str(path), label="label", label_vocabulary=vocabulary, encoding=encoding
+    )
+    assert [int(y) for _, y in dataset] == [1, 0, 1, 2]
     assert dataset.element_spec[1].dtype == tf.int64
 
 

@@ -165,6 +165,8 @@ def fast_scan(path, codec, header, wanted, label, vocabulary, refuse_empty, samp
             kinds[wanted.index(column)] = kind
     else:
         return None
+    if vocabulary:  # as the file writes them
+        vocabulary = {v.encode("utf-8" if codec == "utf-8-sig" else codec) for v in vocabulary}
     return _scan_values(lines, header, wanted, kinds, decoded, label, vocabulary, refuse_empty)
 
 
@@ -191,7 +193,7 @@ def _scan_values(lines, header, wanted, kinds, decoded, label, vocabulary, refus
         if kind == "string":
             if header[i] == label:
                 cells = [v.strip() for v in values.tolist()]
-                if b"" in cells or (vocabulary and set(cells) - {v.encode() for v in vocabulary}):
+                if b"" in cells or (vocabulary and set(cells) - vocabulary):
                     return None
             continue
         odd = values == _MISSING_INT if kind == "int64" else ~np.isfinite(values)
