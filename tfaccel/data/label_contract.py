@@ -61,8 +61,8 @@ def check(dataset, model, loss) -> None:
     if not isinstance(spec, tuple) or len(spec) not in (2, 3):
         return  # check_elements names this
     label = spec[1]
-    if not isinstance(label, tf.TensorSpec) or label.shape.rank is None:
-        return  # several outputs: Keras matches them by name
+    if not isinstance(label, tf.TensorSpec) or not label.shape.rank:
+        return  # several outputs (Keras matches them by name), or unbatched labels
     name, kind = loss_kind(loss)
     output = output_shape(model, spec[0])
     if label.dtype == tf.string:
@@ -98,7 +98,10 @@ def loss_kind(loss) -> tuple[str, str | None]:
 
 def output_shape(model, x_spec) -> tuple | None:
     """The model's (single) output shape, batch first; None when it has several or fails."""
-    outputs = getattr(model, "outputs", None) if _is_functional(model) else None
+    try:  # a functional model (or a built Sequential) knows them
+        outputs = model.outputs
+    except (AttributeError, ValueError):
+        outputs = None
     if not outputs:
         symbolic = tf.nest.map_structure(
             lambda s: keras.KerasTensor(s.shape, dtype=s.dtype.name), x_spec
@@ -111,10 +114,6 @@ def output_shape(model, x_spec) -> tuple | None:
     if len(flat) != 1 or flat[0].shape is None:
         return None
     return tuple(flat[0].shape)
-
-
-def _is_functional(model) -> bool:
-    return isinstance(model, keras.Model) and hasattr(model, "_run_through_graph")
 
 
 def _dims(shape) -> tuple:
