@@ -364,8 +364,7 @@ def _check_rows(path, header, label, wanted, vocabulary, sample, reader, missing
         else csv_rules.column_kind([row[i] for _, row in sample if len(row) == len(header)])
         for i in wanted
     ]
-    checker = _RowChecker(path, header, label, wanted, kinds, missing == "error")
-    checker.vocabulary = vocabulary
+    checker = _RowChecker(path, header, label, wanted, kinds, missing == "error", vocabulary)
     for line, row in sample:
         checker.check(line, row)
     for row in reader:
@@ -435,10 +434,9 @@ _DEFAULTS = {
 class _RowChecker:
     """Checks each CSV row against the header and the inferred column types."""
 
-    vocabulary: list[str] | None = None
-
-    def __init__(self, path, header, label, wanted, kinds, refuse_empty=False):
+    def __init__(self, path, header, label, wanted, kinds, refuse_empty=False, vocabulary=None):
         self.path, self.header, self.label = path, header, label
+        self.vocabulary = vocabulary
         self.columns = list(zip(wanted, kinds, strict=True))
         self.refuse_empty = refuse_empty
         self.empty: dict[str, tuple[int, int]] = {}  # numeric column → (count, first line)
