@@ -22,7 +22,16 @@ batch, in (b) through `pipeline(batch_map=...)` and in (c) as a map after
 `batch`, against the same naive (a); per-element map calls cost tens of
 microseconds each, which dominates on few cores.
 
+`--checks` instead times the up-front input checks of issue 21 against one epoch of the
+digits recipe (`recipes/digits.py`: its data, model, pipelines and Trainer; an epoch is
+its training and its validation pass, as the recipe runs them): the label
+contract (`tfaccel.data.check`, as the Trainer calls it; and with float labels, when it
+reads one batch) and `from_csv`'s check of the digits training set written as a CSV
+(`sources.check_csv`: the whole file, not the dataset's construction). Target: each
+under 2 % of the epoch. Writes benchmarks/results/input_checks.json.
+
 Usage: python benchmarks/data_pipeline.py [--images 2000] [--rounds 15] [--batches 60]
+       python benchmarks/data_pipeline.py --checks [--rounds 15]
 """
 
 from __future__ import annotations
@@ -46,6 +55,7 @@ SIZE = 32
 PADDED = 36
 CLASSES = 10
 RESULT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results", "data_pipeline.json")
+CHECKS_RESULT = os.path.join(os.path.dirname(RESULT), "input_checks.json")
 
 
 def make_images(root: str, count: int, seed: int = 0) -> None:
@@ -138,6 +148,79 @@ def _paired(numerator: list[float], denominator: list[float]) -> float:
     return statistics.median(n / d for n, d in zip(numerator, denominator, strict=True))
 
 
+def _median_s(fn, rounds: int) -> float:
+    times = []
+    for _ in range(rounds):
+        started = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - started)
+    return statistics.median(times)
+
+
+def input_checks(rounds: int, out: str) -> dict:
+    """Seconds of each up-front check against one (steady) epoch of the digits recipe."""
+    import keras
+
+    import tfaccel
+    from tfaccel.data import sources
+
+    sys.path.insert(
+        0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "recipes")
+    )
+    import digits
+
+    loss = "sparse_categorical_crossentropy"
+    (x, y), (x_val, y_val), _ = digits.load(0)
+    train = data.pipeline(data.from_arrays(x, y), batch_size=64, training=True, seed=0)
+    val = data.pipeline(data.from_arrays(x_val, y_val), batch_size=256, training=False)
+    floats = data.pipeline(data.from_arrays(x, y.astype("float32")), batch_size=64, training=True)
+    trainer = tfaccel.Trainer(digits.build_model, loss=loss, metrics="accuracy")
+    epochs: list[float] = []
+
+    class EpochTime(keras.callbacks.Callback):
+        def on_epoch_begin(self, epoch, logs=None):
+            self.started = time.perf_counter()
+
+        def on_epoch_end(self, epoch, logs=None):
+            epochs.append(time.perf_counter() - self.started)
+
+    trainer.fit(train, epochs=2, verbose=0, validation_data=val)  # tracing, first iterators
+    trainer.fit(train, epochs=rounds, verbose=0, validation_data=val, callbacks=[EpochTime()])
+    with tempfile.TemporaryDirectory(prefix="tfaccel-bench-csv-") as root:
+        path = os.path.join(root, "digits.csv")
+        flat = x.reshape(len(x), -1)
+        with open(path, "w") as handle:
+            handle.write(",".join([f"p{i}" for i in range(flat.shape[1])] + ["label"]) + "\n")
+            for row, label in zip(flat, y, strict=True):
+                handle.write(",".join(f"{v:g}" for v in row) + f",{label}\n")
+        seconds = {
+            "epoch": statistics.median(epochs),
+            "label_check": _median_s(lambda: data.check(train, trainer.model, loss), rounds),
+            "label_check_reading_a_batch": _median_s(
+                lambda: data.check(floats, trainer.model, loss), rounds
+            ),
+            "from_csv_validation": _median_s(
+                lambda: sources.check_csv(path, "label", None, "zero", "utf-8-sig", "utf-8", None),
+                rounds,
+            ),
+        }
+    ratios = {k: v / seconds["epoch"] for k, v in seconds.items() if k != "epoch"}
+    report = {
+        "benchmark": "input_checks",
+        "unit": "seconds (median over rounds); ratios: check ÷ one digits epoch",
+        "config": {"rounds": rounds, "train_examples": len(x), "batch_size": 64},
+        "machine": {"cpus": os.cpu_count(), "tensorflow": tf.__version__},
+        "seconds": seconds,
+        "ratio_to_epoch": ratios,
+        "target": "each ratio < 0.02",
+        "target_met": all(r < 0.02 for r in ratios.values()),
+    }
+    with open(out, "w") as handle:
+        handle.write(strict_json.dumps(report, indent=2))
+    print(strict_json.dumps(report, indent=2))
+    return report
+
+
 def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--images", type=int, default=2000)
@@ -145,8 +228,12 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--rounds", type=int, default=15)
     parser.add_argument("--batches", type=int, default=60, help="timed batches per run")
     parser.add_argument("--warmup", type=int, default=5, help="untimed batches per run")
-    parser.add_argument("--out", default=RESULT)
+    parser.add_argument("--out", default=None, help="result file (default per mode)")
+    parser.add_argument("--checks", action="store_true", help="time the up-front input checks")
     args = parser.parse_args(argv)
+    if args.checks:
+        return input_checks(args.rounds, args.out or CHECKS_RESULT)
+    args.out = args.out or RESULT
 
     with tempfile.TemporaryDirectory(prefix="tfaccel-bench-images-") as root:
         started = time.perf_counter()

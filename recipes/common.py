@@ -120,8 +120,9 @@ def setup(args: argparse.Namespace, name: str) -> Run:
     """Devices, strategy, dtype policy, seed and output folder, in that order.
 
     Raises:
-        ValueError: a non-positive --epochs / --batch-size / --learning-rate, or a
-            --batch-size that does not divide evenly over the replicas.
+        ValueError: a non-positive --epochs / --batch-size / --learning-rate, a
+            --batch-size that does not divide evenly over the replicas, or an --out
+            that is a file.
     """
     if args.epochs < 0:
         raise ValueError(f"--epochs must be >= 0, got {args.epochs}.")
@@ -145,6 +146,8 @@ def setup(args: argparse.Namespace, name: str) -> Run:
     policy = tfaccel.precision.apply(args.precision)
     keras.utils.set_random_seed(args.seed)
     out = pathlib.Path(args.out or f"runs/{name}")
+    if out.exists() and not out.is_dir():
+        raise ValueError(f"--out {out} is a file; pass a folder for the outputs.")
     out.mkdir(parents=True, exist_ok=True)
     print(f"{name}: {replicas} replica(s), {policy.name} policy, outputs in {out}")
     return Run(name=name, args=args, strategy=strategy, policy=policy, out=out)
@@ -544,6 +547,12 @@ def main_guard(main: Callable[[list[str] | None], Any]) -> None:
     """Runs `main()` from the command line; a known bad input prints one line, exit 2."""
     try:
         main(None)
-    except (ValueError, FileNotFoundError, DatasetUnavailableError) as error:
+    except (
+        ValueError,
+        FileNotFoundError,
+        NotADirectoryError,
+        PermissionError,
+        DatasetUnavailableError,
+    ) as error:
         print(f"error: {error}", file=sys.stderr)
         raise SystemExit(2) from None

@@ -53,13 +53,16 @@ def read_labels(data_dir: str) -> tuple[list[str], list[str]]:
     Raises:
         FileNotFoundError: labels.csv or train/ is missing, or labels.csv names images
             that train/ does not have (counted, the first few listed).
-        ValueError: labels.csv has no `id` / `breed` column or no rows.
+        ValueError: labels.csv is empty, has no `id` / `breed` column, no rows, or a
+            row with a missing id or breed (line named).
     """
     labels_path = os.path.join(data_dir, "labels.csv")
     train_dir = os.path.join(data_dir, "train")
     for path in (labels_path, train_dir):
         if not os.path.exists(path):
             raise _missing_input(path)
+    if os.path.isfile(labels_path) and os.path.getsize(labels_path) == 0:
+        raise ValueError(f"{labels_path} is empty (0 bytes); expected Kaggle's header 'id,breed'.")
     with open(labels_path, newline="") as handle:
         reader = csv.DictReader(handle)
         missing = [c for c in ("id", "breed") if c not in (reader.fieldnames or [])]
@@ -71,6 +74,13 @@ def read_labels(data_dir: str) -> tuple[list[str], list[str]]:
         rows = list(reader)
     if not rows:
         raise ValueError(f"{labels_path} has a header but no rows; expected one row per image.")
+    for line, row in enumerate(rows, start=2):
+        empty = [c for c in ("id", "breed") if not (row[c] or "").strip()]
+        if empty:
+            raise ValueError(
+                f"{labels_path} line {line} has no (missing) {' or '.join(empty)}: {row}. Fill "
+                "it in or remove the row."
+            )
     paths = [os.path.join(train_dir, f"{row['id']}.jpg") for row in rows]
     absent = [p for p in paths if not os.path.isfile(p)]
     if absent:

@@ -38,8 +38,10 @@ def read_competition(data_dir: str | None) -> tuple[pd.DataFrame, pd.DataFrame]:
 
     Raises:
         FileNotFoundError: a file is missing (the message gives the download command).
-        ValueError: train.csv lacks `Id` or `SalePrice`, test.csv lacks `Id`, or the
-            files do not share their feature columns.
+        ValueError: a file is empty, has no rows or cannot be parsed (named); train.csv
+            lacks `Id` or `SalePrice` or has a missing, non-numeric or non-positive price
+            (line and Id named); test.csv lacks `Id`; or the files do not share their
+            feature columns.
     """
     folder = data_dir or "."
     frames = []
@@ -51,7 +53,7 @@ def read_competition(data_dir: str | None) -> tuple[pd.DataFrame, pd.DataFrame]:
                 f"test.csv in --data-dir. Download them with `kaggle competitions download -c "
                 f"{COMPETITION}`, unzip, and pass that folder as --data-dir."
             )
-        frames.append(pd.read_csv(path))
+        frames.append(_read_csv(path))
     train, test = frames
     for file, frame, needed in (("train.csv", train, (ID, TARGET)), ("test.csv", test, (ID,))):
         missing = [c for c in needed if c not in frame.columns]
@@ -69,9 +71,45 @@ def read_competition(data_dir: str | None) -> tuple[pd.DataFrame, pd.DataFrame]:
             f"test.csv lacks the feature column(s) {absent[:5]} that train.csv has; both "
             "files must come from the same competition download."
         )
-    if not (train[TARGET] > 0).all():
-        raise ValueError(f"train.csv has {TARGET} values <= 0; prices must be positive.")
+    _check_target(os.path.join(folder, "train.csv"), train)
     return train, test
+
+
+def _read_csv(path: str) -> pd.DataFrame:
+    """`pd.read_csv`, with errors that name the file; a header alone is an error."""
+    try:
+        frame = pd.read_csv(path)
+    except pd.errors.EmptyDataError:
+        raise ValueError(
+            f"{path} is empty ({os.path.getsize(path)} bytes); expected the competition's CSV "
+            "with a header row. Download it again."
+        ) from None
+    except (pd.errors.ParserError, UnicodeDecodeError) as error:
+        raise ValueError(f"{path} is not a readable CSV file: {error}") from None
+    if frame.empty:
+        raise ValueError(f"{path} has a header but no rows; expected one row per house.")
+    return frame
+
+
+def _cell(value) -> str:
+    return "empty" if pd.isna(value) else repr(value if isinstance(value, str) else value.item())
+
+
+def _check_target(path: str, train: pd.DataFrame) -> None:
+    """Raises ValueError naming the rows whose SalePrice is missing, not a number, or <= 0."""
+    prices = pd.to_numeric(train[TARGET], errors="coerce")
+    for what, bad in (
+        ("no (missing)", train[TARGET].isna()),
+        ("a non-numeric", prices.isna() & train[TARGET].notna()),
+        ("a zero or negative", prices <= 0),
+    ):
+        if bad.any():
+            first = int(bad.to_numpy().argmax())
+            raise ValueError(
+                f"{path} has {int(bad.sum())} row(s) with {what} {TARGET}, first at line "
+                f"{first + 2} ({ID}={train[ID].iloc[first]}: {_cell(train[TARGET].iloc[first])}). "
+                "Every training house needs a positive price: fill it in or drop the row."
+            )
 
 
 class TabularEncoder:

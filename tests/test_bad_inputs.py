@@ -144,6 +144,60 @@ def profile_dir_is_file(tmp_path, monkeypatch):
     callbacks.ProfileSteps(str(tmp_path / "runs"), 1, 3)
 
 
+def csv_rows(tmp_path, text, name="c.csv", **kwargs):
+    return data.from_csv(write_csv(tmp_path / name, text), label="label", **kwargs)
+
+
+def csv_bad_int(cell):
+    return lambda t, m: csv_rows(t, f"n,label\n1,0\n2,1\n{cell},0\n")
+
+
+def csv_not_utf8(tmp_path, monkeypatch):
+    (tmp_path / "l.csv").write_bytes("city,label\nZürich,0\n".encode("latin-1"))
+    data.from_csv(str(tmp_path / "l.csv"), label="label")
+
+
+def csv_label_not_in_vocabulary(tmp_path, monkeypatch):
+    csv_rows(tmp_path, "x,label\n1,cat\n2,dgo\n", label_vocabulary=["cat", "dog"])
+
+
+def damaged_keras_file(how):
+    def provoke(tmp_path, monkeypatch):
+        from tfaccel import parallel
+
+        path = tmp_path / "model.keras"
+        inputs = keras.Input((2,))
+        keras.Model(inputs, keras.layers.Dense(1)(inputs)).save(path)
+        raw = path.read_bytes()
+        path.write_bytes(
+            {"truncated": raw[: len(raw) // 2], "not_zip": b"hello", "empty": b""}[how]
+        )
+        parallel.load_model(str(path))
+
+    return provoke
+
+
+def checkpoint_dir_becomes_file(tmp_path, monkeypatch):
+    folder = tmp_path / "ckpt"
+
+    class ReplaceByFile(keras.callbacks.Callback):
+        def on_train_batch_end(self, batch, logs=None):
+            if batch == 1 and folder.is_dir():
+                for item in folder.iterdir():
+                    if item.is_file():
+                        item.unlink()
+                    else:
+                        import shutil
+
+                        shutil.rmtree(item)
+                folder.rmdir()
+                folder.write_text("not a folder any more")
+
+    trainer = make_trainer(steps_per_loop=1)
+    trainer.fit(batches(X4, Y3, batch=2), epochs=1, verbose=0, callbacks=[ReplaceByFile()],
+                checkpoint_dir=str(folder), checkpoint_every=1)  # fmt: skip
+
+
 CASES = [
     # devices
     ("visible_string", lambda t, m: devices.configure(visible="0"), TypeError,
@@ -201,6 +255,79 @@ CASES = [
      ValueError, ["feature 'label'", "int64", "float", "int64_list[1]"]),
     ("empty_class_folder", empty_class_folder, UserWarning,
      ["['owl']", "no images", "keep their index"]),
+    # data.from_csv never guesses (issue 21, section 2)
+    ("csv_duplicate_columns", lambda t, m: csv_rows(t, "a,a,label\n1,2,0\n"), ValueError,
+     ["names column(s) more than once", "'a' (columns [1, 2])", "its own name"]),
+    ("csv_duplicate_label_column", lambda t, m: csv_rows(t, "label,x,label\n1,2,0\n"),
+     ValueError, ["more than once", "'label' (columns [1, 3])"]),
+    ("csv_not_utf8", csv_not_utf8, ValueError,
+     ["l.csv", "is not utf-8 text", "encoding='latin-1'", "re-save it as UTF-8"]),
+    ("csv_unknown_encoding", lambda t, m: csv_rows(t, "x,label\n1,0\n", encoding="klingon"),
+     ValueError, ["unknown encoding='klingon'"]),
+    ("csv_utf16_encoding", lambda t, m: csv_rows(t, "x,label\n1,0\n", encoding="utf-16"),
+     ValueError, ["encoding='utf-16'", "cannot split", "Re-save the file as UTF-8"]),
+    ("csv_header_no_rows", lambda t, m: csv_rows(t, "x,label\n"), ValueError,
+     ["has a header but no rows", "no rows"]),
+    ("csv_float32_overflow", lambda t, m: csv_rows(t, "x,label\n1.5,0\n1e40,1\n"), ValueError,
+     ["line 3", "column 'x'", "'1e40'", "beyond float32's range", "read as inf"]),
+    ("csv_float32_overflow_negative", lambda t, m: csv_rows(t, "x,label\n1.5,0\n-4e38,1\n"),
+     ValueError, ["line 3", "'-4e38'", "float32"]),
+    ("csv_int_underscore", csv_bad_int("1_000"), ValueError,
+     ["line 4", "column 'n'", "'1_000'", "int64 TensorFlow's reader accepts"]),
+    ("csv_int_other_digits", csv_bad_int("\u0661\u0662"), ValueError,
+     ["line 4", "column 'n'", "int64 TensorFlow's reader accepts"]),
+    ("csv_int_beyond_int64", csv_bad_int("9223372036854775808"), ValueError,
+     ["line 4", "'9223372036854775808'", "int64"]),
+    ("csv_float_underscore", lambda t, m: csv_rows(t, "x,label\n1.5,0\n1_0.5,1\n"), ValueError,
+     ["line 3", "'1_0.5'", "not a number TensorFlow's CSV reader accepts"]),
+    ("csv_select_includes_label",
+     lambda t, m: csv_rows(t, "x,y,label\n1,2,0\n", select=["x", "label"]), ValueError,
+     ["includes the label column 'label'", "leave it out of select="]),
+    ("csv_select_string", lambda t, m: csv_rows(t, "x,y,label\n1,2,0\n", select="x"),
+     ValueError, ["select='x' is a string", "select=['x']"]),
+    ("csv_label_not_in_vocabulary", csv_label_not_in_vocabulary, ValueError,
+     ["line 3", "label 'dgo'", "not in label_vocabulary=['cat', 'dog']"]),
+    ("csv_vocabulary_repeats",
+     lambda t, m: csv_rows(t, "x,label\n1,cat\n", label_vocabulary=["cat", "cat"]),
+     ValueError, ["each label value once", "repeated: ['cat']"]),
+    # checked when given, not when first read (issue 21, section 3)
+    ("pipeline_seed_string",
+     lambda t, m: data.pipeline(data.from_arrays(X4, Y3), batch_size=2, training=True, seed="abc"),
+     ValueError, ["seed must be None or an integer", "'abc'", "seed=0"]),
+    ("pipeline_seed_float",
+     lambda t, m: data.pipeline(data.from_arrays(X4, Y3), batch_size=2, training=True, seed=1.5),
+     ValueError, ["seed must be None or an integer", "1.5"]),
+    ("pipeline_seed_negative",
+     lambda t, m: data.pipeline(data.from_arrays(X4, Y3), batch_size=2, training=True, seed=-1),
+     ValueError, ["integer in [0, 2**63)", "-1"]),
+    ("pipeline_seed_bool",
+     lambda t, m: data.pipeline(data.from_arrays(X4, Y3), batch_size=2, training=True, seed=True),
+     ValueError, ["seed must be None or an integer", "True"]),
+    ("cache_not_writable",
+     lambda t, m: data.pipeline(data.from_arrays(X4, Y3), batch_size=2, training=False,
+                                cache="/proc/tfaccel-cache"),
+     PermissionError, ["cache='/proc/tfaccel-cache'", "cannot write in '/proc'",
+                       "writable directory", "cache='memory'"]),
+    ("keras_file_truncated", damaged_keras_file("truncated"), ValueError,
+     ["model.keras", "not a zip archive", "truncated", "damaged, not missing", "model.save("]),
+    ("keras_file_not_zip", damaged_keras_file("not_zip"), ValueError,
+     ["model.keras", "not a zip archive (5 bytes)", "damaged"]),
+    ("keras_file_empty", damaged_keras_file("empty"), ValueError,
+     ["model.keras", "is empty (0 bytes)", "damaged"]),
+    ("keras_file_missing",
+     lambda t, m: __import__("tfaccel.parallel").parallel.load_model(str(t / "none.keras")),
+     FileNotFoundError, ["no file at", "none.keras"]),
+    ("from_arrays_object_mixed",
+     lambda t, m: data.from_arrays(np.array([1.0, "a", None], dtype=object)), TypeError,
+     ["x has dtype object", "NoneType, float, str", "astype('float32')", "fillna"]),
+    ("from_arrays_object_in_dict",
+     lambda t, m: data.from_arrays({"age": np.array([1, None], dtype=object)}, [0, 1]),
+     TypeError, ["x['age'] has dtype object", "NoneType, int"]),
+    ("from_arrays_object_labels",
+     lambda t, m: data.from_arrays(X4[:2], np.array([0, None], dtype=object)), TypeError,
+     ["y has dtype object", "y.astype('float32')"]),
+    ("checkpoint_dir_becomes_file", checkpoint_dir_becomes_file, NotADirectoryError,
+     ["Cannot save checkpoint", "ckpt", "is a file now", "Move that file away"]),
     # Trainer
     ("label_out_of_range", lambda t, m: fit(X4, np.array([0, 1, 2, 5, 0, 1, 2, 0])), ValueError,
      ["label 5", "3 classes", "'sparse_categorical_crossentropy'", "0..2"]),

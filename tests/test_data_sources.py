@@ -143,6 +143,84 @@ def test_from_csv_label_not_in_file(table):
         data.from_csv(table, label="target")
 
 
+def test_from_csv_strips_a_byte_order_mark(tmp_path):
+    path = tmp_path / "bom.csv"
+    path.write_bytes("\ufefflabel,x\n1,2.5\n0,3.5\n".encode())
+    rows = list(data.from_csv(str(path), label="label").as_numpy_iterator())
+    assert [(f["x"], y) for f, y in rows] == [(2.5, 1), (3.5, 0)]
+
+
+def test_from_csv_reads_another_encoding_as_utf8(tmp_path):
+    path = tmp_path / "latin.csv"
+    path.write_bytes("city,label\nZürich,0\nSão Paulo,1\n".encode("latin-1"))
+    rows = list(data.from_csv(str(path), label="label", encoding="latin-1").as_numpy_iterator())
+    assert [f["city"].decode() for f, _ in rows] == ["Zürich", "São Paulo"]
+
+
+@pytest.mark.parametrize("encoding", ["utf-8", "latin-1"])
+def test_from_csv_label_vocabulary_maps_strings_to_class_indices(tmp_path, encoding):
+    path = tmp_path / "pets.csv"
+    path.write_bytes(
+        "weight,label\n4.1,chien\n3.0,chat\n5.2, chien\n1.0,hérisson\n".encode(encoding)
+    )
+    vocabulary = ["chat", "chien", "hérisson"]
+    dataset = data.from_csv(
+        str(path), label="label", label_vocabulary=vocabulary, encoding=encoding
+    )
+    assert [int(y) for _, y in dataset] == [1, 0, 1, 2]
+    assert dataset.element_spec[1].dtype == tf.int64
+
+
+def test_from_csv_accepts_what_the_reader_accepts(tmp_path):
+    # Written-out inf/nan read as written; spaces and signs around numbers are the reader's.
+    path = tmp_path / "ok.csv"
+    path.write_text("n,x,label\n 7 ,inf,0\n+8,-NaN,1\n-9,3e38,0\n")
+    rows = list(data.from_csv(str(path), label="label").as_numpy_iterator())
+    assert [int(f["n"]) for f, _ in rows] == [7, 8, -9]
+    xs = [f["x"] for f, _ in rows]
+    assert np.isinf(xs[0]) and np.isnan(xs[1]) and xs[2] == pytest.approx(3e38)
+
+
+@pytest.mark.parametrize(
+    "text, vocabulary",
+    [
+        ("n,x,day,label\n1,1.5,2020-01-05,0\n,2.5,2021-02-03,1\n3,,2022-01-01,0\n", None),
+        ("x,n,label\ninf,1,0\nnan, 2 ,1\n-Infinity,+3,0\n", None),
+        ("city,label\nOslo,cat\nLima, dog\n", ["cat", "dog"]),
+        ("a,b,label\n1,x,0\n2,,1\n", None),
+        ("dash,tiny,label\n-,tiny,0\n1,any,1\n", None),
+        ('q,label\n"1,5",0\n"2",1\n', None),
+    ],
+    ids=["empties_and_dates", "specials", "vocabulary", "empty_string", "near_numbers", "quoted"],
+)
+def test_from_csv_fast_scan_agrees_with_the_row_by_row_check(tmp_path, text, vocabulary):
+    from tfaccel.data import csv_rules, sources
+
+    path = tmp_path / "t.csv"
+    path.write_text(text)
+    with open(path, newline="") as handle:
+        reader = csv.reader(handle)
+        header = next(reader)
+        wanted = list(range(len(header)))
+        sample = [(reader.line_num, row) for row in reader]
+    args = (str(path), "utf-8-sig", header, wanted, "label", vocabulary, False, 1000)
+    fast = csv_rules.fast_scan(*args)
+    assert fast is not None  # these tables need no row-by-row look
+    slow = sources._check_rows(str(path), header, "label", wanted, vocabulary, sample, [], "zero")
+    assert fast == slow
+
+
+@pytest.mark.parametrize(
+    "late, dtype", [("2.5", tf.float32), ("NA", tf.string), ("7", tf.int64)], ids=str
+)
+def test_from_csv_kind_comes_from_the_first_1000_rows_not_the_first_few(tmp_path, late, dtype):
+    rows = [str(i) for i in range(300)]
+    rows[120] = late  # after the first rows
+    path = tmp_path / "late.csv"
+    path.write_text("n,label\n" + "".join(f"{v},0\n" for v in rows))
+    assert data.from_csv(str(path), label="label").element_spec[0]["n"].dtype == dtype
+
+
 def _write_records(tmp_path, files=3, per_file=4):
     for f in range(files):
         with tf.io.TFRecordWriter(str(tmp_path / f"part-{f}.tfrecord")) as writer:

@@ -249,6 +249,60 @@ def test_house_prices_errors(tmp_path):
     assert "kaggle competitions download -c house-prices-advanced-regression" in str(info.value)
 
 
+def _edit_house_csv(file, edit):
+    def provoke(folder):
+        kaggle_files.house_prices(folder)
+        path = folder / file
+        path.write_text(edit(path.read_text()))
+
+    return provoke
+
+
+def _price_cell(value):
+    """Replaces the third data row's SalePrice (the last column) with `value`."""
+
+    def edit(text):
+        lines = text.splitlines()
+        cells = lines[3].split(",")
+        lines[3] = ",".join([*cells[:-1], value])
+        return "\n".join(lines) + "\n"
+
+    return edit
+
+
+@pytest.mark.parametrize(
+    "provoke, words",
+    [
+        pytest.param(_edit_house_csv("test.csv", lambda t: ""), ["test.csv is empty (0 bytes)"],
+                     id="empty_test_csv"),
+        pytest.param(_edit_house_csv("train.csv", lambda t: t.splitlines()[0] + "\n"),
+                     ["train.csv has a header but no rows"], id="header_only"),
+        pytest.param(_edit_house_csv("train.csv", _price_cell("")),
+                     ["1 row(s) with no (missing) SalePrice", "line 4", "Id=3"], id="no_price"),
+        pytest.param(_edit_house_csv("train.csv", _price_cell("cheap")),
+                     ["non-numeric SalePrice", "'cheap'", "line 4"], id="text_price"),
+        pytest.param(_edit_house_csv("train.csv", _price_cell("-5")),
+                     ["zero or negative SalePrice", "line 4"], id="negative_price"),
+    ],
+)  # fmt: skip
+def test_house_prices_bad_files_are_named(provoke, words, tmp_path):
+    provoke(tmp_path)
+    with pytest.raises(ValueError) as info:
+        kaggle_house_prices.main(["--data-dir", str(tmp_path), "--out", str(tmp_path / "o")])
+    missing = [w for w in words if w not in str(info.value)]
+    assert not missing, f"{missing} not in: {info.value}"
+
+
+def test_out_that_is_a_file_is_one_line(tmp_path, monkeypatch, capsys):
+    (tmp_path / "out").write_text("")
+    monkeypatch.setattr(sys, "argv", ["digits.py", "--smoke", "--out", str(tmp_path / "out")])
+    with pytest.raises(SystemExit) as info:
+        common.main_guard(digits.main)
+    err = capsys.readouterr().err
+    assert info.value.code == 2 and err.count("\n") == 1
+    assert "--out" in err and "is a file" in err and "pass a folder" in err
+
+
 # -- Kaggle Dog Breed Identification -----------------------------------------------------------
 
 
@@ -288,6 +342,22 @@ def test_dog_breeds_without_the_competition_files(tmp_path):
     with pytest.raises(FileNotFoundError, match="labels.csv is missing") as info:
         kaggle_dog_breeds.main(["--data-dir", str(tmp_path)])
     assert "kaggle competitions download -c dog-breed-identification" in str(info.value)
+
+
+@pytest.mark.parametrize(
+    "text, words",
+    [
+        pytest.param("", ["labels.csv is empty (0 bytes)", "'id,breed'"], id="empty"),
+        pytest.param("id,breed\nabc,beagle\ndef,\n", ["line 3 has no (missing) breed"],
+                     id="missing_breed"),
+    ],
+)  # fmt: skip
+def test_dog_breeds_bad_labels_file(text, words, tmp_path):
+    kaggle_files.dog_breeds(tmp_path, per_breed=1, test_images=1)
+    (tmp_path / "labels.csv").write_text(text)
+    with pytest.raises(ValueError) as info:
+        kaggle_dog_breeds.main(["--data-dir", str(tmp_path)])
+    assert all(w in str(info.value) for w in words), info.value
 
 
 # -- multi-worker ------------------------------------------------------------------------------

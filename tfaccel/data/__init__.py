@@ -9,6 +9,7 @@ Example:
 from tfaccel.data.bench import benchmark
 from tfaccel.data.cache import CacheMismatchError, CacheMismatchWarning, StaleCacheWarning
 from tfaccel.data.images import from_image_folder
+from tfaccel.data.label_contract import check
 from tfaccel.data.pipeline import DatasetFn, pipeline
 from tfaccel.data.plan import Plan, Step, explain, graph_ops, plan_of
 from tfaccel.data.sizing import SHUFFLE_BUDGET_MB
@@ -23,6 +24,7 @@ __all__ = [
     "StaleCacheWarning",
     "Step",
     "benchmark",
+    "check",
     "explain",
     "from_arrays",
     "from_csv",

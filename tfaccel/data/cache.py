@@ -31,6 +31,7 @@ import glob
 import hashlib
 import json
 import os
+import tempfile
 import time
 import warnings
 
@@ -60,6 +61,7 @@ def check_cache(cache) -> str | None:
     Raises:
         ValueError: not "memory", None/False, or a non-empty path.
         FileNotFoundError: the path's directory does not exist.
+        PermissionError: no file can be written in that directory.
     """
     if cache is None or cache is False:
         return None
@@ -76,6 +78,14 @@ def check_cache(cache) -> str | None:
             f"cache={os.fspath(cache)!r}: the directory {folder!r} does not exist. Create it "
             "first (os.makedirs), or use cache='memory'."
         )
+    try:  # tf.data writes a lock file here at the first read: try it now
+        with tempfile.TemporaryFile(dir=folder):
+            pass
+    except OSError as error:
+        raise PermissionError(
+            f"cache={os.fspath(cache)!r}: cannot write in {folder!r} ({error.strerror}). "
+            "Point cache= at a writable directory, or use cache='memory'."
+        ) from None
     return path
 
 

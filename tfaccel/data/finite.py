@@ -1,4 +1,4 @@
-"""`check_finite`: reject NaN / inf features with the index of the element that holds them."""
+"""`check_finite`: reject NaN / inf features and labels, naming the element that holds them."""
 
 from __future__ import annotations
 
@@ -13,26 +13,31 @@ def features_of(element):
 
 
 def assert_finite(index, element, where: str):
-    """Returns `element` unchanged, failing when a floating feature is NaN or inf.
+    """Returns `element` unchanged, failing when a floating feature or label is NaN or inf.
 
     Raises (when the dataset is iterated):
-        tf.errors.InvalidArgumentError: naming `where` and the element's index.
+        tf.errors.InvalidArgumentError: naming `where`, the element's index, and whether
+            a feature or the label is not finite.
     """
-    floats = [
-        t
-        for t in tf.nest.flatten(features_of(element))
-        if t.dtype.is_floating or t.dtype.is_complex
-    ]
-    if not floats:
+    parts = [("feature", features_of(element))]
+    if is_pair(element):
+        parts.append(("label", element[1]))
+    asserts = []
+    for what, part in parts:
+        floats = [t for t in tf.nest.flatten(part) if t.dtype.is_floating or t.dtype.is_complex]
+        if not floats:
+            continue
+        finite = tf.reduce_all(tf.stack([tf.reduce_all(tf.math.is_finite(t)) for t in floats]))
+        message = tf.strings.format(
+            "tfaccel.data.pipeline(check_finite=True): element {} of " + where + " has a "
+            f"non-finite {what} (NaN or inf). Expected finite {what}s; fix or drop that "
+            f"element (e.g. Dataset.filter), or impute missing values in preprocess.",
+            index,
+        )
+        asserts.append(tf.debugging.Assert(finite, [message]))
+    if not asserts:
         return element
-    finite = tf.reduce_all(tf.stack([tf.reduce_all(tf.math.is_finite(t)) for t in floats]))
-    message = tf.strings.format(
-        "tfaccel.data.pipeline(check_finite=True): element {} of " + where + " has a non-finite "
-        "feature (NaN or inf). Expected finite features; fix or drop that element (e.g. "
-        "Dataset.filter), or impute missing values in preprocess.",
-        index,
-    )
-    with tf.control_dependencies([tf.debugging.Assert(finite, [message])]):
+    with tf.control_dependencies(asserts):
         return tf.nest.map_structure(tf.identity, element)
 
 

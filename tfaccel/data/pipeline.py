@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
+import operator
 import os
 from collections.abc import Callable
 from typing import Any
@@ -157,10 +158,10 @@ def pipeline(
         batch_map: vectorised per-batch function (e.g. mixup).
         jit_compile: whether the model is XLA-compiled (for `drop_remainder`).
         shuffle_budget_mb: memory the shuffle buffer may use, MiB per pipeline.
-        check_finite: fail on the first element whose (floating) features hold NaN
-            or inf, naming its index in the source, with a
+        check_finite: fail on the first element whose (floating) features or label
+            hold NaN or inf, naming its index in the source and which, with a
             `tf.errors.InvalidArgumentError` when the data is read. Off by default:
-            it costs one `is_finite` pass over every element's features (before the
+            it costs one `is_finite` pass over every element (before the
             cache, so once when cached; every epoch without a cache).
         cache_mismatch: what a file cache built from other data (another source
             fingerprint, element shape/dtype or preprocess, or no fingerprint file)
@@ -173,11 +174,12 @@ def pipeline(
 
     Raises:
         ValueError: `batch_size` not a positive int or not divisible by the
-            replicas, `augment` with `training=False`, a bad `cache` /
-            `shuffle_buffer` / `repeat` / `cache_mismatch`, or a shuffle buffer
-            over the budget.
+            replicas, a `seed` that is not None or an integer >= 0, `augment` with
+            `training=False`, a bad `cache` / `shuffle_buffer` / `repeat` /
+            `cache_mismatch`, or a shuffle buffer over the budget.
         CacheMismatchError: with `cache_mismatch="error"`, a file cache of other data.
         FileNotFoundError: the cache path's directory does not exist.
+        PermissionError: the cache path's directory cannot be written.
         TypeError: `source` is not a dataset or function, training elements are
             not `(features, label)` pairs, or `preprocess` / `augment` /
             `batch_map` does not take one argument per element component.
@@ -225,7 +227,7 @@ def pipeline(
         cache=cache_lib.check_cache(cache),
         shuffle_buffer=shuffle_buffer if training else None,
         shuffle_budget_mb=shuffle_budget_mb,
-        seed=seed,
+        seed=_check_seed(seed),
         deterministic=(seed is not None or not training)
         if deterministic is None
         else deterministic,
@@ -242,6 +244,22 @@ def pipeline(
         return fn
     dataset, plan = _build(config, None)
     return attach(dataset, plan)
+
+
+def _check_seed(seed) -> int | None:
+    """The seed as an int in [0, 2**63), or None; raises ValueError for anything else."""
+    if seed is None:
+        return None
+    try:
+        number = None if isinstance(seed, bool) else operator.index(seed)
+    except TypeError:
+        number = None
+    if number is None or not 0 <= number < 2**63:
+        raise ValueError(
+            f"seed must be None or an integer in [0, 2**63), got {seed!r}. Pass e.g. seed=0 "
+            "(a fixed shuffle order), or seed=None for a new order each run."
+        )
+    return number
 
 
 def _name(fn: Callable) -> str:
@@ -369,7 +387,9 @@ def _build(config: _Config, context: tf.distribute.InputContext | None):
                 )
             plan.add("preprocess", fn=_name(config.preprocess), parallel="AUTOTUNE")
         plan.add(
-            "check_finite", what="features", cost="one is_finite pass per element, before the cache"
+            "check_finite",
+            what="features and labels",
+            cost="one is_finite pass per element, before the cache",
         )
     elif config.preprocess is not None:
         dataset = _map(dataset, config.preprocess, config, "preprocess")

@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
-from tfaccel.data import fingerprint
+from tfaccel.data import csv_rules, fingerprint
 
 AUTOTUNE = tf.data.AUTOTUNE
 _SOURCE_ATTR = "_tfaccel_source"
@@ -99,7 +99,8 @@ def from_arrays(x: Any, y: Any = None) -> tf.data.Dataset:
         An unbatched dataset of `(x[i], y[i])` (or `x[i]` when `y` is None).
 
     Raises:
-        TypeError: `x` is None.
+        TypeError: `x` is None, or an array has dtype object and holds anything but
+            strings (named, with the Python types it holds).
         ValueError: a scalar, a ragged (nested lists of unequal lengths) array,
             or arrays that do not all have the same number of rows.
     """
@@ -108,9 +109,9 @@ def from_arrays(x: Any, y: Any = None) -> tf.data.Dataset:
             "from_arrays: x is None; expected the features as an array (or a dict / tuple "
             "of arrays) with one row per example, e.g. from_arrays(x_train, y_train)."
         )
-    lengths = {_rows(a, "x") for a in _leaves(x)}
+    lengths = {_rows(a, name) for name, a in _leaves(x, "x")}
     if y is not None:
-        lengths |= {_rows(a, "y") for a in _leaves(y)}
+        lengths |= {_rows(a, name) for name, a in _leaves(y, "y")}
     if len(lengths) > 1:
         raise ValueError(
             f"from_arrays: x and y must have the same number of rows, got lengths "
@@ -124,13 +125,14 @@ def from_arrays(x: Any, y: Any = None) -> tf.data.Dataset:
     return attach_source(dataset, info)
 
 
-def _leaves(structure: Any) -> list:
-    """The arrays of a `from_tensor_slices` structure (dicts and tuples nest; lists do not)."""
+def _leaves(structure: Any, name: str) -> list[tuple[str, Any]]:
+    """`(name, array)` for each array of a `from_tensor_slices` structure (dicts and
+    tuples nest; lists do not)."""
     if isinstance(structure, dict):
-        return [leaf for value in structure.values() for leaf in _leaves(value)]
+        return [leaf for k, v in structure.items() for leaf in _leaves(v, f"{name}[{k!r}]")]
     if isinstance(structure, tuple):
-        return [leaf for value in structure for leaf in _leaves(value)]
-    return [structure]
+        return [leaf for i, v in enumerate(structure) for leaf in _leaves(v, f"{name}[{i}]")]
+    return [(name, structure)]
 
 
 def _rows(array: Any, name: str) -> int:
@@ -150,6 +152,8 @@ def _rows(array: Any, name: str) -> int:
                 "an array. Pad the rows to one length (keras.utils.pad_sequences), or pass "
                 f"a tf.RaggedTensor (tf.ragged.constant({name})). NumPy said: {error}"
             ) from None
+    if getattr(getattr(array, "dtype", None), "kind", None) == "O":
+        _check_objects(np.asarray(array), name)
     shape = np.shape(array)
     if not shape:
         raise ValueError(
@@ -157,6 +161,19 @@ def _rows(array: Any, name: str) -> int:
             "indexes the examples, e.g. shape (num_examples, ...)."
         )
     return int(shape[0])
+
+
+def _check_objects(array: np.ndarray, name: str) -> None:
+    """Raises TypeError for an object array that is not all strings (those read as text)."""
+    kinds = sorted({type(v).__name__ for v in array.ravel()})
+    if kinds and set(kinds) <= {"str", "bytes"}:
+        return
+    raise TypeError(
+        f"from_arrays: {name} has dtype object (holding {', '.join(kinds[:5]) or 'nothing'}), "
+        "which TensorFlow cannot slice. Convert it to a numeric dtype first, e.g. "
+        f"{name}.astype('float32') (fill missing values before: pandas' fillna), or to "
+        "strings with .astype(str)."
+    )
 
 
 def from_tfds(
@@ -213,14 +230,20 @@ def from_tfds(
 
 
 def from_csv(
-    path: str, *, label: str, select: list[str] | None = None, missing: str = "zero"
+    path: str,
+    *,
+    label: str,
+    select: list[str] | None = None,
+    missing: str = "zero",
+    encoding: str = "utf-8",
+    label_vocabulary: list[str] | None = None,
 ) -> tf.data.Dataset:
     """Reads a CSV table (with a header row) as `(features_dict, label)` rows.
 
     Column types are inferred from the first 1,000 rows: integers → int64,
     other numbers → float32, anything else → string. The whole file is checked
-    once, in Python, before TensorFlow reads it, so a bad row is reported by its
-    line number.
+    once, in Python, with the rules of TensorFlow's CSV reader, before TensorFlow
+    reads it, so a bad cell is reported by its line and column.
 
     Args:
         path: the CSV file.
@@ -229,61 +252,42 @@ def from_csv(
         missing: what an empty cell of a numeric feature column reads as: "zero"
             (0, as TensorFlow's CSV readers do, with one warning naming the columns),
             "nan" (NaN; such a column reads as float32), or "error" (refuse the file).
+        encoding: the file's text encoding (a UTF-8 byte-order mark is skipped);
+            string cells of another encoding are transcoded to UTF-8.
+        label_vocabulary: the label's values, in class order: each label reads as
+            its index here (int64), e.g. `["cat", "dog"]` → 0, 1.
 
     Returns:
         An unbatched dataset of `({column: value}, label)`.
 
     Raises:
         FileNotFoundError: no file at `path`.
-        ValueError: `label` or a `select` name is not a column, the file is empty,
-            a row has more or fewer cells than the header, a label cell is empty,
-            or a numeric column holds a value of another type after the rows its
-            type was inferred from (each names the line); an empty numeric cell with
-            `missing="error"`; an unknown `missing`.
+        ValueError: `label` or a `select` name is not a column, `select` names the
+            label, a column name repeats, the file is empty, has no rows or is not
+            text in `encoding`, a row has more or fewer cells than the header, a label
+            cell is empty or not in `label_vocabulary`, or a numeric cell the reader
+            would refuse or read as inf (each names the line and column); an empty
+            numeric cell with `missing="error"`; an unknown `missing` or `encoding`.
     """
     if missing not in _MISSING:
         raise ValueError(f"from_csv: missing must be one of {_MISSING}, got {missing!r}.")
     if not os.path.isfile(path):
         raise FileNotFoundError(f"from_csv: no CSV file at {path!r}.")
-    with open(path, newline="") as handle:
-        reader = csv.reader(handle)
-        header = next(reader, None)
-        if not header:
-            raise ValueError(f"from_csv: {path!r} is empty; expected a header row of column names.")
-        if label not in header:
-            raise ValueError(
-                f"from_csv: label column {label!r} is not in {path!r}; its columns are "
-                f"{header}. Pass label=<one of those>."
-            )
-        features = [c for c in header if c != label] if select is None else list(select)
-        unknown = [c for c in features if c not in header]
-        if unknown:
-            raise ValueError(
-                f"from_csv: select names unknown column(s) {unknown}; columns: {header}."
-            )
-        wanted = [i for i, c in enumerate(header) if c in features or c == label]
-        sample = [
-            (reader.line_num, row) for _, row in zip(range(_CSV_SAMPLE_ROWS), reader, strict=False)
-        ]
-        kinds = [
-            _column_kind([row[i] for _, row in sample if len(row) == len(header)]) for i in wanted
-        ]
-        checker = _RowChecker(path, header, label, wanted, kinds, refuse_empty=missing == "error")
-        for line, row in sample:
-            checker.check(line, row)
-        for row in reader:
-            checker.check(reader.line_num, row)
+    vocabulary = _check_vocabulary(label_vocabulary)
+    codec = csv_rules.check_encoding(path, encoding)
+    header, features, wanted, kinds, empty = check_csv(
+        path, label, select, missing, codec, encoding, vocabulary
+    )
     names = [header[i] for i in wanted]
     defaults = [_DEFAULTS[kind]() for kind in kinds]
-    if checker.empty and missing == "nan":
+    if empty and missing == "nan":
         defaults = [
-            tf.constant(np.nan, tf.float32) if name in checker.empty else default
+            tf.constant(np.nan, tf.float32) if name in empty else default
             for name, default in zip(names, defaults, strict=True)
         ]
-    elif checker.empty:
+    elif empty:
         listing = ", ".join(
-            f"{name!r}: {count} (first at line {line})"
-            for name, (count, line) in checker.empty.items()
+            f"{name!r}: {count} (first at line {line})" for name, (count, line) in empty.items()
         )
         warnings.warn(
             f"from_csv: empty numeric cell(s) in {path!r} read as 0 — {listing}. Pass "
@@ -293,10 +297,25 @@ def from_csv(
     dataset = tf.data.experimental.CsvDataset(
         path, defaults, header=True, select_cols=wanted, na_value=""
     )
+    table = None
+    if vocabulary:
+        table = tf.lookup.StaticHashTable(
+            tf.lookup.KeyValueTensorInitializer(
+                tf.constant(vocabulary), tf.range(len(vocabulary), dtype=tf.int64)
+            ),
+            default_value=-1,
+        )
 
     def to_pair(*values):
         columns = dict(zip(names, values, strict=True))
+        if codec != "utf-8-sig":
+            columns = {
+                k: tf.strings.unicode_transcode(v, encoding, "UTF-8") if v.dtype == tf.string else v
+                for k, v in columns.items()
+            }
         target = columns.pop(label)
+        if table is not None:
+            target = table.lookup(tf.strings.strip(target))
         return {name: columns[name] for name in features}, target
 
     dataset = dataset.map(to_pair, num_parallel_calls=AUTOTUNE)
@@ -308,6 +327,113 @@ def from_csv(
     return attach_source(dataset, info)
 
 
+def check_csv(path, label, select, missing, codec, encoding, vocabulary):
+    """`from_csv`'s check of the whole file: `(header, features, wanted column indices,
+    kinds, empty numeric cells)`, or ValueError naming the line and column at fault."""
+    with open(path, newline="", encoding=codec) as handle:
+        reader = csv.reader(handle)
+        try:
+            header = next(reader, None)
+            features, wanted = _columns(path, header, label, select)
+            head = _take(reader, 1)
+            if not head:
+                raise ValueError(
+                    f"from_csv: {path!r} has a header but no rows: the file has no rows to "
+                    "read. Check that the file was written completely."
+                )
+            fast = csv_rules.fast_scan(
+                path, codec, header, wanted, label, vocabulary, missing == "error", _CSV_SAMPLE_ROWS
+            )
+            if fast is None:  # row by row, naming the line of what is wrong
+                sample = head + _take(reader, _CSV_SAMPLE_ROWS - len(head))
+                kinds, empty = _check_rows(
+                    path, header, label, wanted, vocabulary, sample, reader, missing
+                )
+            else:
+                kinds, empty = fast
+        except UnicodeDecodeError as error:
+            raise ValueError(
+                f"from_csv: {path!r} is not {encoding} text (byte "
+                f"{error.object[error.start]:#04x} after line {reader.line_num}: "
+                f"{error.reason}). Pass the file's encoding, e.g. encoding='latin-1', or "
+                "re-save it as UTF-8."
+            ) from None
+    return header, features, wanted, kinds, empty
+
+
+def _take(reader, count: int) -> list[tuple[int, list[str]]]:
+    """The next `count` rows of a `csv.reader`, each with its (last) line number."""
+    return [(reader.line_num, row) for _, row in zip(range(count), reader, strict=False)]
+
+
+def _check_rows(path, header, label, wanted, vocabulary, sample, reader, missing):
+    """Infers the column kinds from `sample` and checks every row in Python, raising
+    ValueError at the first bad line; returns (kinds, empty numeric cells per column)."""
+    kinds = [
+        "string"
+        if vocabulary and header[i] == label
+        else csv_rules.column_kind([row[i] for _, row in sample if len(row) == len(header)])
+        for i in wanted
+    ]
+    checker = _RowChecker(path, header, label, wanted, kinds, missing == "error", vocabulary)
+    for line, row in sample:
+        checker.check(line, row)
+    for row in reader:
+        checker.check(reader.line_num, row)
+    return kinds, checker.empty
+
+
+def _check_vocabulary(vocabulary) -> list[str] | None:
+    if vocabulary is None:
+        return None
+    if isinstance(vocabulary, str) or not all(isinstance(v, str) for v in vocabulary):
+        raise TypeError(
+            f"from_csv: label_vocabulary must be a list of strings, got {vocabulary!r}."
+        )
+    vocabulary = [v.strip() for v in vocabulary]
+    repeated = sorted({v for v in vocabulary if vocabulary.count(v) > 1})
+    if not vocabulary or repeated:
+        raise ValueError(
+            "from_csv: label_vocabulary must list each label value once, in class order; "
+            f"got {vocabulary!r}" + (f" (repeated: {repeated})." if repeated else ".")
+        )
+    return vocabulary
+
+
+def _columns(path: str, header, label: str, select) -> tuple[list[str], list[int]]:
+    """The feature names and the indices of the columns to read (features and label)."""
+    if not header:
+        raise ValueError(f"from_csv: {path!r} is empty; expected a header row of column names.")
+    repeated = sorted({c for c in header if header.count(c) > 1})
+    if repeated:
+        where = {c: [i + 1 for i, h in enumerate(header) if h == c] for c in repeated}
+        raise ValueError(
+            f"from_csv: {path!r} names column(s) more than once: "
+            + ", ".join(f"{c!r} (columns {where[c]})" for c in repeated)
+            + f"; header {header}. Give each column its own name."
+        )
+    if label not in header:
+        raise ValueError(
+            f"from_csv: label column {label!r} is not in {path!r}; its columns are "
+            f"{header}. Pass label=<one of those>."
+        )
+    if isinstance(select, str):
+        raise ValueError(
+            f"from_csv: select={select!r} is a string; pass a list of feature columns, e.g. "
+            f"select=[{select!r}]."
+        )
+    if select is not None and label in select:
+        raise ValueError(
+            f"from_csv: select={select!r} includes the label column {label!r}. The label is "
+            "returned apart from the features; leave it out of select=."
+        )
+    features = [c for c in header if c != label] if select is None else list(select)
+    unknown = [c for c in features if c not in header]
+    if unknown:
+        raise ValueError(f"from_csv: select names unknown column(s) {unknown}; columns: {header}.")
+    return features, [i for i, c in enumerate(header) if c in features or c == label]
+
+
 _MISSING = ("zero", "nan", "error")
 _DEFAULTS = {
     "int64": lambda: tf.constant(0, tf.int64),
@@ -316,20 +442,12 @@ _DEFAULTS = {
 }
 
 
-def _column_kind(values: list[str]) -> str:
-    present = [v.strip() for v in values if v.strip()]
-    if present and all(_parses(v, int) for v in present):
-        return "int64"
-    if present and all(_parses(v, float) for v in present):
-        return "float32"
-    return "string"
-
-
 class _RowChecker:
     """Checks each CSV row against the header and the inferred column types."""
 
-    def __init__(self, path, header, label, wanted, kinds, refuse_empty=False):
+    def __init__(self, path, header, label, wanted, kinds, refuse_empty=False, vocabulary=None):
         self.path, self.header, self.label = path, header, label
+        self.vocabulary = vocabulary
         self.columns = list(zip(wanted, kinds, strict=True))
         self.refuse_empty = refuse_empty
         self.empty: dict[str, tuple[int, int]] = {}  # numeric column → (count, first line)
@@ -348,9 +466,9 @@ class _RowChecker:
                 "(an empty cell is written as nothing between two commas)."
             )
         for index, kind in self.columns:
-            value = row[index].strip()
+            cell = row[index]
             name = self.header[index]
-            if not value:
+            if not cell.strip():
                 if name == self.label:
                     raise ValueError(
                         f"{where} has an empty label cell (column {name!r}). A missing label "
@@ -366,21 +484,27 @@ class _RowChecker:
                     count, first = self.empty.get(name, (0, line))
                     self.empty[name] = (count + 1, first)
                 continue
-            if kind != "string" and not _parses(value, int if kind == "int64" else float):
+            if name == self.label and self.vocabulary and cell.strip() not in self.vocabulary:
                 raise ValueError(
-                    f"{where}: column {name!r} holds {row[index]!r}, but its type was "
-                    f"inferred as {kind} from the first {_CSV_SAMPLE_ROWS} rows. Fix or "
-                    "empty that cell (see from_csv's missing=), or make the "
-                    "column's type clear in its first rows."
+                    f"{where}: label {cell!r} (column {name!r}) is not in label_vocabulary="
+                    f"{self.vocabulary}. Add it to the vocabulary or fix the cell."
+                )
+            problem = _cell_problem(cell, kind)
+            if problem:
+                raise ValueError(
+                    f"{where}: column {name!r} holds {cell!r}, which {problem}; the column "
+                    f"reads as {kind} (inferred from the first {_CSV_SAMPLE_ROWS} rows). Fix "
+                    "or empty that cell (see from_csv's missing=), or make the column's type "
+                    "clear in its first rows."
                 )
 
 
-def _parses(value: str, kind: type) -> bool:
-    try:
-        kind(value)
-    except ValueError:
-        return False
-    return True
+def _cell_problem(cell: str, kind: str) -> str | None:
+    if kind == "int64":
+        return None if csv_rules.is_int64(cell) else "is not an int64 TensorFlow's reader accepts"
+    if kind == "float32":
+        return csv_rules.float32_problem(cell)
+    return None
 
 
 def from_tfrecords(

@@ -35,7 +35,7 @@ import tensorflow as tf
 from keras import tree
 
 from tfaccel import devices as devices_lib
-from tfaccel.parallel import costs
+from tfaccel.parallel import costs, keras_file
 
 logger = logging.getLogger("tfaccel")
 _override = threading.local()
@@ -63,9 +63,19 @@ def load_model(path, *, devices=None, **kwargs) -> keras.Model:
 
     Returns:
         The loaded model.
+
+    Raises:
+        FileNotFoundError: no file at `path`.
+        ValueError: the file is damaged (empty, truncated, not a zip, a bad member).
     """
     with _devices_at_load(None if devices is None else list(devices)):
-        return keras.saving.load_model(path, **kwargs)
+        try:
+            return keras.saving.load_model(path, **kwargs)
+        except (ValueError, OSError) as error:
+            clear = keras_file.explain_load_failure(path, error)
+            if clear is None:
+                raise
+            raise clear from error
 
 
 def check_strategy() -> None:

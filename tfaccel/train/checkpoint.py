@@ -349,10 +349,28 @@ class CheckpointState:
         The state file is rewritten only after the checkpoint is complete, and older
         checkpoints are deleted only after that, so a crash at any moment leaves the
         previous checkpoints loadable.
+
+        Raises:
+            NotADirectoryError: the directory was replaced by a file during training.
+            OSError: it cannot be written any more (named, with TensorFlow's reason).
         """
         if self.lock is not None:
             self.lock.refresh()  # raises if another run took the directory over
-        path = self.checkpoint.write(files.prefix(self._write_dir, step))
+        try:
+            path = self.checkpoint.write(files.prefix(self._write_dir, step))
+        except (tf.errors.OpError, OSError) as error:
+            reason = getattr(error, "message", None) or str(error)
+            if os.path.exists(self._write_dir) and not os.path.isdir(self._write_dir):
+                raise NotADirectoryError(
+                    f"Cannot save checkpoint {step}: checkpoint_dir {self._write_dir!r} is a "
+                    "file now (it was a directory when training started). Move that file "
+                    "away; the checkpoints saved so far were in that directory."
+                ) from error
+            raise OSError(
+                f"Cannot save checkpoint {step} in checkpoint_dir {self._write_dir!r}: "
+                f"{reason.strip().splitlines()[0]}. Check that the directory still exists, "
+                "is writable and has free space."
+            ) from error
         if not self.chief:
             tf.io.gfile.rmtree(self._write_dir)
             return path

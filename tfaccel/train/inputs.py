@@ -95,34 +95,6 @@ def _shape(dims) -> str:
     )
 
 
-def is_sparse_loss(loss_name: str) -> bool:
-    """Whether a loss takes integer class indices as labels."""
-    return "sparse" in loss_name.lower()
-
-
-def check_sparse_labels(dataset: tf.data.Dataset, loss_name: str) -> None:
-    """Raises ValueError when a sparse loss gets fractional labels (read from one batch).
-
-    Sparse losses cast labels to integers, so 0.7 would silently train as class 0.
-    Only float labels are read, and only their first batch.
-    """
-    if not is_sparse_loss(loss_name):
-        return
-    label_spec = dataset.element_spec[1]
-    if not isinstance(label_spec, tf.TensorSpec) or not label_spec.dtype.is_floating:
-        return
-    for element in dataset.take(1):
-        labels = element[1]
-        fractional = tf.boolean_mask(labels, tf.not_equal(labels, tf.round(labels)))
-        if tf.size(fractional) > 0:
-            raise ValueError(
-                f"The loss {loss_name!r} takes integer class indices, but the labels hold "
-                f"fractions (e.g. {float(fractional[0]):g}); it would truncate them to a class "
-                "silently. Use integer class labels, or for soft/one-hot targets a "
-                "non-sparse loss such as 'categorical_crossentropy'."
-            )
-
-
 def explain_step_error(error: Exception, loss_name: str) -> str | None:
     """A clear message for a TensorFlow error raised inside a step, or None."""
     text = str(error)
@@ -133,6 +105,12 @@ def explain_step_error(error: Exception, loss_name: str) -> str | None:
     )
     if match:
         label, classes = match.groups()
+        if int(label) == -(2**63):  # what a NaN or inf label becomes when cast to int64
+            return (
+                f"A label is NaN or inf (cast to an integer class it reads {label}), so the "
+                f"loss {loss_name!r} cannot use it. Fix or drop those rows, or impute the "
+                "label; tfaccel.data.pipeline(check_finite=True) names the element."
+            )
         return (
             f"A label is outside the classes of the model: label {label}, but the model has "
             f"{classes} classes, so the loss {loss_name!r} accepts labels 0..{int(classes) - 1}. "

@@ -29,7 +29,7 @@ class PerExampleLoss:
         if isinstance(self.fn, keras.losses.Loss):
             values = self.fn(y_true, y_pred, sample_weight)
         else:
-            values = self.fn(y_true, y_pred)
+            values = self.fn(*_same_rank(y_true, y_pred))
         values = tf.cast(values, tf.float32)
         if values.shape.rank == 0:
             raise ValueError(
@@ -45,6 +45,19 @@ class PerExampleLoss:
         return values
 
 
+def _same_rank(y_true, y_pred):
+    """Labels (B,) against outputs (B, 1), or the reverse, made one rank, as `model.fit`
+    does for a loss function (a `keras.losses.Loss` does it itself)."""
+    true_rank, pred_rank = y_true.shape.rank, y_pred.shape.rank
+    if true_rank is None or pred_rank is None:
+        return y_true, y_pred
+    if pred_rank == true_rank + 1 and y_pred.shape[-1] == 1:
+        y_true = tf.expand_dims(y_true, -1)
+    elif true_rank == pred_rank + 1 and y_true.shape[-1] == 1:
+        y_true = tf.squeeze(y_true, -1)
+    return y_true, y_pred
+
+
 _ACCURACY = {
     "sparse_categorical_crossentropy": keras.metrics.SparseCategoricalAccuracy,
     "binary_crossentropy": keras.metrics.BinaryAccuracy,
@@ -53,7 +66,12 @@ _ACCURACY = {
 
 
 def resolve_metrics(metrics, loss: PerExampleLoss) -> list[keras.metrics.Metric]:
-    """Turns metric objects, names and functions into Keras `Metric` objects."""
+    """Turns metric objects, names and functions (one alone, a list, or None) into Keras
+    `Metric` objects."""
+    if metrics is None:
+        metrics = []
+    elif isinstance(metrics, (str, keras.metrics.Metric)) or callable(metrics):
+        metrics = [metrics]
     resolved = []
     for metric in metrics:
         if isinstance(metric, keras.metrics.Metric):

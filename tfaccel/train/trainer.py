@@ -16,6 +16,7 @@ import keras
 import tensorflow as tf
 
 from tfaccel import cluster, devices, precision
+from tfaccel.data.label_contract import check as check_labels
 from tfaccel.train import accumulation, arguments, inputs, settings
 from tfaccel.train.fit_loop import FitLoop
 from tfaccel.train.loop_stats import LoopStats
@@ -35,7 +36,8 @@ class Trainer:
             a `LossScaleOptimizer` when the dtype policy computes in float16.
         loss: a `keras.losses.Loss`, a loss name, or `fn(y_true, y_pred)` returning one
             loss per example.
-        metrics: Keras metrics (objects or names such as "accuracy").
+        metrics: Keras metrics (objects or names such as "accuracy"; one alone, a list,
+            or None).
         strategy: a `tf.distribute.Strategy`; None → `tfaccel.devices.strategy("auto")`.
         steps_per_loop: steps per `tf.function` call, or "auto" (100, clipped to the
             epoch). Callbacks' batch hooks fire once per loop.
@@ -135,7 +137,6 @@ class Trainer:
         inputs.check_elements(sample, self.model)
         inputs.check_not_empty(sample, what)
         inputs.check_finite(sample, steps, what)
-        inputs.check_sparse_labels(sample, self.loss.name)
         replicas = self.strategy.num_replicas_in_sync
         batch = getattr(data, "global_batch_size", None) or inputs.static_batch_size(sample)
         if not inputs.is_dataset_fn(data) and inputs.has_static_batch(sample) and batch:
@@ -145,6 +146,7 @@ class Trainer:
                     f"{replicas} replicas. Use a batch size that is a multiple of {replicas}."
                 )
         self._ensure_built(sample)
+        check_labels(sample, self.model, self.loss.fn)
         return batch
 
     def _resolve_settings(
@@ -299,10 +301,11 @@ class Trainer:
         Raises:
             ValueError: an unbatched or empty dataset, elements not
                 `(x, y[, sample_weight])`, features whose shape does not fit the model's
-                input, fractional labels or labels outside the classes for a sparse
-                loss, an infinite dataset without `steps_per_epoch`, a global batch that
-                does not divide among the replicas, `validation_steps` < 1,
-                `checkpoint_every` < 1, or `checkpoint_dir=""`.
+                input, labels whose dtype or shape do not fit the model's output and the
+                loss (see `tfaccel.data.check`), fractional labels or labels outside the
+                classes for a sparse loss, an infinite dataset without `steps_per_epoch`,
+                a global batch that does not divide among the replicas, `validation_steps`
+                < 1, `checkpoint_every` < 1, or `checkpoint_dir=""`.
             TypeError: string features for a numeric model, or a callback that is not
                 a `keras.callbacks.Callback`.
             NotADirectoryError, PermissionError: `checkpoint_dir` is a file or not
