@@ -354,18 +354,18 @@ class CheckpointState:
             NotADirectoryError: the directory was replaced by a file during training.
             OSError: it cannot be written any more (named, with TensorFlow's reason).
         """
+        if os.path.exists(self._write_dir) and not os.path.isdir(self._write_dir):
+            raise NotADirectoryError(
+                f"Cannot save checkpoint {step}: checkpoint_dir {self._write_dir!r} is a "
+                "file now (it was a directory when training started). Move that file "
+                "away; the checkpoints saved so far were in that directory."
+            )
         if self.lock is not None:
-            self.lock.refresh()  # raises if another run took the directory over
+            self.lock.refresh()  # CheckpointLockedError if another run took it over
         try:
             path = self.checkpoint.write(files.prefix(self._write_dir, step))
         except (tf.errors.OpError, OSError) as error:
             reason = getattr(error, "message", None) or str(error)
-            if os.path.exists(self._write_dir) and not os.path.isdir(self._write_dir):
-                raise NotADirectoryError(
-                    f"Cannot save checkpoint {step}: checkpoint_dir {self._write_dir!r} is a "
-                    "file now (it was a directory when training started). Move that file "
-                    "away; the checkpoints saved so far were in that directory."
-                ) from error
             raise OSError(
                 f"Cannot save checkpoint {step} in checkpoint_dir {self._write_dir!r}: "
                 f"{reason.strip().splitlines()[0]}. Check that the directory still exists, "
