@@ -91,6 +91,11 @@ RATES = {16: 100.0, 32: 190.0, 64: 300.0, 128: 310.0}
 
 @pytest.fixture(scope="module")
 def knee_report():
+    return scripted_search(min_steps_per_epoch=1)  # 256 examples: the knee alone decides
+
+
+def scripted_search(**kwargs):
+    """A power search over RATES with the scripted clock (every probe read 4 times)."""
     clock = ScriptedClock(RATES, steps=3)
     report = tuning.find_batch_size(
         lambda: small_model(threshold=10**6),
@@ -100,8 +105,8 @@ def knee_report():
         limit=128,
         mode="power",
         steps=3,
-        min_steps_per_epoch=1,  # 256 examples: the knee alone decides here
         clock=clock,
+        **kwargs,
     )
     assert clock.calls == 4 * len(RATES)
     return report
@@ -538,28 +543,21 @@ def test_the_users_compiled_learning_rate_is_the_base(tmp_path):
     assert trials[128].metrics.get_last_value("learning_rate") == pytest.approx(0.008)
 
 
-def test_a_schedule_is_kept_when_nothing_is_scaled(tmp_path):
+def test_a_schedule_is_kept_when_nothing_is_scaled():
     schedule = keras.optimizers.schedules.ExponentialDecay(0.1, decay_steps=10, decay_rate=0.5)
     hypermodel = tuning.BatchSizeHyperModel(
         compiled_with(lambda: keras.optimizers.SGD(schedule)), batch_sizes=[32], lr_scaling=None
     )
-    trials = search(hypermodel, tmp_path, "schedule")
-    assert trials[32].status == keras_tuner.engine.trial.TrialStatus.COMPLETED
+    (x_train, y_train), _ = digits(n_train=64, n_val=16)
+    hp = keras_tuner.HyperParameters()
+    model = hypermodel.build(hp)
+    hypermodel.fit(hp, model, x_train, y_train, epochs=1, verbose=0)
+    assert model.optimizer._learning_rate is schedule  # the user's schedule, not a float
 
 
 def test_the_best_batch_leaves_enough_steps_per_epoch(knee_report):
     # The same rates on 256 examples with the default 20 steps an epoch: at most 12 a batch.
-    clock = ScriptedClock(RATES, steps=3)
-    report = tuning.find_batch_size(
-        lambda: small_model(threshold=10**6),
-        (X, Y),
-        loss=SCE,
-        start=16,
-        limit=128,
-        mode="power",
-        steps=3,
-        clock=clock,
-    )
+    report = scripted_search()
     assert knee_report.best_batch_size == 64 and knee_report.decided_by == "throughput knee"
     assert report.best_batch_size == 16 and report.decided_by == "steps per epoch"
     assert "decided by the steps per epoch" in report.table()

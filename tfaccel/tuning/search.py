@@ -77,7 +77,9 @@ def _resolve_optimizer(optimizer):
 
 
 class _Search:
-    def __init__(self, build_model, data, loss, optimizer, strategy, steps, meter, budget, clock):
+    def __init__(
+        self, build_model, data, loss, optimizer, strategy, steps, meter, budget, clock, time_limit
+    ):
         self.build_model = build_model
         self.data = data
         self.loss = loss
@@ -90,7 +92,7 @@ class _Search:
         self.clock = clock
         self.rows: list[ProbeRow] = []
         self.examples = inputs.count_examples(data)  # None: counted when a batch needs it
-        self.time_limit = _TimeLimit(time.perf_counter(), None, None)
+        self.time_limit = time_limit
 
     def has_examples(self, batch_size: int) -> bool:
         """Whether the data holds at least `batch_size` examples (counting only that many)."""
@@ -310,8 +312,8 @@ def find_batch_size(
         meter,
         budget if (not meter.on_gpu or memory_budget_mb is not None) else None,
         clock,
+        _TimeLimit(began, budget_s, job_examples),
     )
-    search.time_limit = _TimeLimit(began, budget_s, job_examples)
     gc.collect()
     gc.freeze()  # later collections skip everything alive now (TensorFlow's own objects)
     try:
@@ -322,18 +324,17 @@ def find_batch_size(
     rows = search.rows
     max_batch_size = max(r.batch_size for r in rows if r.fits)
     best, decided_by, b_simple = knee_batch_size(rows, knee) or largest, "throughput knee", None
+    bounds = []  # (the largest batch it allows, its name)
     if noise_scale:
         b_simple = _noise_scale(search, max_batch_size)
-        fitting = sorted(r.batch_size for r in rows if r.fits)
-        below = [b for b in fitting if b <= b_simple] or fitting[:1]
-        if below[-1] < best:
-            best, decided_by = below[-1], "noise scale"
+        bounds.append((b_simple, "noise scale"))
     if search.examples:
-        most = search.examples // min_steps_per_epoch
-        fitting = sorted(r.batch_size for r in rows if r.fits)
-        below = [b for b in fitting if b <= most] or fitting[:1]
-        if below[-1] < best:
-            best, decided_by = below[-1], "steps per epoch"
+        bounds.append((search.examples // min_steps_per_epoch, "steps per epoch"))
+    fitting = sorted(r.batch_size for r in rows if r.fits)
+    for bound, name in bounds:
+        allowed = ([b for b in fitting if b <= bound] or fitting[:1])[-1]
+        if allowed < best:
+            best, decided_by = allowed, name
     capped_by = next((r.reason for r in rows if r.reason in ("data", "limit", "time")), None)
     if any(r.reason in ("oom", "budget") for r in rows):
         capped_by = "memory"
