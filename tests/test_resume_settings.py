@@ -85,3 +85,13 @@ def test_another_model_is_a_mismatch_that_names_the_shapes(tmp_path):
         fit(tmp_path, 2, sgd, units=5)
     assert "(4, 8)" in str(caught.value) and "(4, 5)" in str(caught.value)
     assert not (tmp_path / "corrupt").exists()
+
+
+def test_an_optimizer_without_a_config_still_resumes(tmp_path):
+    class Custom(keras.optimizers.SGD):
+        def get_config(self):
+            raise NotImplementedError
+
+    fit(tmp_path, 1, lambda: Custom(0.1))
+    trainer, _ = fit(tmp_path, 2, lambda: Custom(0.1))
+    assert int(trainer.step.numpy()) == 16

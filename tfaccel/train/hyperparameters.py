@@ -35,11 +35,18 @@ def _plain(value):
 
 
 def of(optimizer) -> dict:
-    """The optimizer's hyperparameters as JSON values (looking through loss scaling)."""
-    config = dict(_inner(optimizer).get_config())
-    if optimizer is not _inner(optimizer):
-        outer = optimizer.get_config()
-        config.update({k: v for k, v in outer.items() if k not in ("inner_optimizer", "name")})
+    """The optimizer's hyperparameters as JSON values (looking through loss scaling).
+
+    An optimizer whose `get_config` fails (a custom one without it) has none recorded:
+    its changes are then not named on resume, and nothing else is affected.
+    """
+    try:
+        config = dict(_inner(optimizer).get_config())
+        if optimizer is not _inner(optimizer):
+            outer = optimizer.get_config()
+            config.update({k: v for k, v in outer.items() if k not in ("inner_optimizer", "name")})
+    except (NotImplementedError, TypeError, ValueError, AttributeError):
+        return {}
     return {k: _plain(v) for k, v in sorted(config.items()) if k not in _NOT_HYPERPARAMETERS}
 
 
