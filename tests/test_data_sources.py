@@ -1,3 +1,4 @@
+import contextlib
 import csv
 
 import keras
@@ -207,7 +208,7 @@ def test_from_csv_fast_scan_agrees_with_the_row_by_row_check(tmp_path, text, voc
     fast = csv_rules.fast_scan(*args)
     assert fast is not None  # these tables need no row-by-row look
     slow = sources._check_rows(str(path), header, "label", wanted, vocabulary, sample, [], "zero")
-    assert fast == slow
+    assert (fast.kinds, fast.empty) == slow
 
 
 @pytest.mark.parametrize(
@@ -358,3 +359,43 @@ def test_image_folder_screening_keeps_every_decodable_file(tmp_path):
     assert len(dataset.file_paths) == 5
     for image, _ in dataset.as_numpy_iterator():
         np.testing.assert_allclose(image.mean(axis=(0, 1)), COLOURS["owl"], atol=6)
+
+
+_MIXED = (
+    'n,x,city,label\n1,1.5,Oslo,0\n{blank},2.5, Lima ,1\n3,,"Rio, BR",0\n-4,nan,,1\n 5 ,-inf,X,0\n'
+)
+
+
+@pytest.mark.parametrize(
+    "missing, int_blank, from_memory",
+    [("zero", True, True), ("nan", False, True), ("nan", True, False)],  # last: n reads as float
+)
+def test_from_csv_served_from_its_check_equals_the_streamed_file(
+    tmp_path, monkeypatch, missing, int_blank, from_memory
+):
+    # Read once (the check's decoding) or streamed by CsvDataset: the same elements.
+    from tfaccel.data import sources
+
+    path = tmp_path / "mixed.csv"
+    path.write_text(_MIXED.format(blank="" if int_blank else "2"))
+
+    def rows():
+        with pytest.warns(UserWarning) if missing == "zero" else contextlib.nullcontext():
+            dataset = data.from_csv(str(path), label="label", missing=missing)
+        return list(dataset.as_numpy_iterator())
+
+    checked = sources._checked_columns
+    served_from = []
+    monkeypatch.setattr(
+        sources, "_checked_columns", lambda *a: served_from.append(checked(*a)) or served_from[-1]
+    )
+    served = rows()
+    monkeypatch.setattr(sources, "_SERVED_FROM_MEMORY", -1)
+    streamed = rows()
+    assert (served_from[0] is not None) == from_memory and served_from[1] is None
+    assert len(served) == len(streamed) == 5
+    for (a, ya), (b, yb) in zip(served, streamed, strict=True):
+        assert ya == yb and a.keys() == b.keys()
+        for key in a:
+            assert type(a[key]) is type(b[key])
+            np.testing.assert_array_equal(a[key], b[key])

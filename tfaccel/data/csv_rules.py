@@ -11,6 +11,7 @@ import codecs
 import csv
 import functools
 import re
+from typing import NamedTuple
 
 import numpy as np
 import tensorflow as tf
@@ -112,16 +113,26 @@ def _guess(cells: tuple, codec: str) -> str:
     return column_kind([c.decode(codec) for c in cells])  # text: stops at its first cell
 
 
+class Scan(NamedTuple):
+    """What `fast_scan` found: the wanted columns' kinds, their empty numeric cells
+    (name → (count, first line)), and the decoded values of each wanted column (empty
+    cells hold `blank_value`) with the row indices of its empty cells."""
+
+    kinds: list
+    empty: dict
+    values: list
+    blanks: dict
+
+
 def fast_scan(path, codec, header, wanted, label, vocabulary, refuse_empty, sample_count):
-    """`(kinds, empty)` as the row-by-row check would find them, from one `tf.io.decode_csv`
-    over every line (TensorFlow's own rules, C++ speed), or None when anything needs the
-    row-by-row check (which then names the line): a cell the reader refuses, an empty
-    label, a float32 overflow, a blank line, a quoted line break, an empty cell with
-    `missing="error"`.
+    """A `Scan` whose kinds and empties are what the row-by-row check would find, from
+    one `tf.io.decode_csv` over every line (TensorFlow's own rules, C++ speed), or None
+    when anything needs the row-by-row check (which then names the line): a cell the
+    reader refuses, an empty label, a float32 overflow, a blank line, a quoted line
+    break, an empty cell with `missing="error"`.
 
     Kinds are guessed from the characters of the first `sample_count` rows; a column the
-    decoder refuses as guessed gets `column_kind` of those rows. `empty` maps each
-    numeric column with empty cells to (count, first line).
+    decoder refuses as guessed gets `column_kind` of those rows.
     """
     with open(path, "rb") as handle:
         raw = handle.read()
@@ -167,14 +178,23 @@ def fast_scan(path, codec, header, wanted, label, vocabulary, refuse_empty, samp
         return None
     if vocabulary:  # as the file writes them
         vocabulary = {v.encode("utf-8" if codec == "utf-8-sig" else codec) for v in vocabulary}
-    return _scan_values(lines, header, wanted, kinds, decoded, label, vocabulary, refuse_empty)
+    found = _scan_values(lines, header, wanted, kinds, decoded, label, vocabulary, refuse_empty)
+    if found is None:
+        return None
+    empty, blanks = found
+    return Scan(kinds, empty, [decoded[i] for i in wanted], blanks)
+
+
+def blank_value(kind: str):
+    """What an empty cell of a `kind` column holds in `Scan.values`."""
+    return {"int64": _MISSING_INT, "float32": np.nan, "string": b""}[kind]
 
 
 @functools.cache
 def _default(kind: str) -> tf.Tensor:
     """What an empty cell decodes to: a value no cell holds for numbers (NaN, int64's
     least), so empty cells can be found; made once."""
-    return tf.constant({"int64": _MISSING_INT, "float32": np.nan, "string": ""}[kind], kind)
+    return tf.constant(blank_value(kind), kind)
 
 
 def sample_rows(path: str, codec: str, count: int) -> list[list[str]]:
@@ -187,7 +207,7 @@ def sample_rows(path: str, codec: str, count: int) -> list[list[str]]:
 
 def _scan_values(lines, header, wanted, kinds, decoded, label, vocabulary, refuse_empty):
     texts = None  # every cell as text, decoded only when a missing value needs a look
-    empty = {}
+    empty, blanks = {}, {}
     for i, kind in zip(wanted, kinds, strict=True):
         values = decoded[i].numpy()
         if kind == "string":
@@ -215,4 +235,5 @@ def _scan_values(lines, header, wanted, kinds, decoded, label, vocabulary, refus
             if header[i] == label or refuse_empty:
                 return None
             empty[header[i]] = (int(blank.sum()), int(where[np.argmax(blank)]) + 2)
-    return kinds, empty
+            blanks[i] = where[blank]
+    return empty, blanks

@@ -242,8 +242,10 @@ def from_csv(
 
     Column types are inferred from the first 1,000 rows: integers → int64,
     other numbers → float32, anything else → string. The whole file is checked
-    once, in Python, with the rules of TensorFlow's CSV reader, before TensorFlow
-    reads it, so a bad cell is reported by its line and column.
+    once, with the rules of TensorFlow's CSV reader, before TensorFlow reads it, so
+    a bad cell is reported by its line and column. A file up to 64 MiB that
+    TensorFlow's own decoder checked is served from that decoding (read once, from
+    memory); larger files, and those checked row by row, stream from disk.
 
     Args:
         path: the CSV file.
@@ -275,7 +277,7 @@ def from_csv(
         raise FileNotFoundError(f"from_csv: no CSV file at {path!r}.")
     vocabulary = _check_vocabulary(label_vocabulary)
     codec = csv_rules.check_encoding(path, encoding)
-    header, features, wanted, kinds, empty = check_csv(
+    header, features, wanted, kinds, empty, scan = check_csv(
         path, label, select, missing, codec, encoding, vocabulary
     )
     names = [header[i] for i in wanted]
@@ -294,9 +296,6 @@ def from_csv(
             "missing='nan' to read them as NaN, or missing='error' to refuse the file.",
             stacklevel=2,
         )
-    dataset = tf.data.experimental.CsvDataset(
-        path, defaults, header=True, select_cols=wanted, na_value=""
-    )
     table = None
     if vocabulary:
         table = tf.lookup.StaticHashTable(
@@ -306,7 +305,7 @@ def from_csv(
             default_value=-1,
         )
 
-    def to_pair(*values):
+    def to_pair(*values):  # one row, or whole columns
         columns = dict(zip(names, values, strict=True))
         if codec != "utf-8-sig":
             columns = {
@@ -318,7 +317,13 @@ def from_csv(
             target = table.lookup(tf.strings.strip(target))
         return {name: columns[name] for name in features}, target
 
-    dataset = dataset.map(to_pair, num_parallel_calls=AUTOTUNE)
+    columns = _checked_columns(path, wanted, scan, missing)
+    if columns is None:
+        dataset = tf.data.experimental.CsvDataset(
+            path, defaults, header=True, select_cols=wanted, na_value=""
+        ).map(to_pair, num_parallel_calls=AUTOTUNE)
+    else:  # the check decoded the file already: read once, served from memory
+        dataset = tf.data.Dataset.from_tensor_slices(to_pair(*columns))
     info = SourceInfo(
         "csv",
         {"path": path, "label": label},
@@ -329,7 +334,8 @@ def from_csv(
 
 def check_csv(path, label, select, missing, codec, encoding, vocabulary):
     """`from_csv`'s check of the whole file: `(header, features, wanted column indices,
-    kinds, empty numeric cells)`, or ValueError naming the line and column at fault."""
+    kinds, empty numeric cells, csv_rules.Scan or None)`, or ValueError naming the line
+    and column at fault. The scan (the decoded file) is None when the row-by-row check ran."""
     with open(path, newline="", encoding=codec) as handle:
         reader = csv.reader(handle)
         try:
@@ -350,7 +356,7 @@ def check_csv(path, label, select, missing, codec, encoding, vocabulary):
                     path, header, label, wanted, vocabulary, sample, reader, missing
                 )
             else:
-                kinds, empty = fast
+                kinds, empty = fast.kinds, fast.empty
         except UnicodeDecodeError as error:
             raise ValueError(
                 f"from_csv: {path!r} is not {encoding} text (byte "
@@ -358,7 +364,25 @@ def check_csv(path, label, select, missing, codec, encoding, vocabulary):
                 f"{error.reason}). Pass the file's encoding, e.g. encoding='latin-1', or "
                 "re-save it as UTF-8."
             ) from None
-    return header, features, wanted, kinds, empty
+    return header, features, wanted, kinds, empty, fast
+
+
+def _checked_columns(path, wanted, scan, missing) -> list[tf.Tensor] | None:
+    """The wanted columns as `CsvDataset` would read them, from the check's decoding
+    (a file up to `_SERVED_FROM_MEMORY` bytes), or None to stream the file instead."""
+    if scan is None or os.path.getsize(path) > _SERVED_FROM_MEMORY:
+        return None
+    columns = []
+    for index, kind, values in zip(wanted, scan.kinds, scan.values, strict=True):
+        rows = scan.blanks.get(index)
+        if rows is not None and missing == "nan" and kind == "int64":
+            return None  # such a column reads as float32: let the reader parse it
+        if rows is not None and missing == "zero":
+            values = tf.tensor_scatter_nd_update(
+                values, rows[:, None], tf.zeros(len(rows), values.dtype)
+            )
+        columns.append(values)
+    return columns
 
 
 def _take(reader, count: int) -> list[tuple[int, list[str]]]:
@@ -435,6 +459,7 @@ def _columns(path: str, header, label: str, select) -> tuple[list[str], list[int
 
 
 _MISSING = ("zero", "nan", "error")
+_SERVED_FROM_MEMORY = 64 * 2**20  # bytes: a checked file this small is decoded once
 _DEFAULTS = {
     "int64": lambda: tf.constant(0, tf.int64),
     "float32": lambda: tf.constant(0.0, tf.float32),
