@@ -95,3 +95,12 @@ def check_steps(name: str, value) -> None:
         raise ValueError(
             f"{name} must be an integer >= 1 (or None to run until the data ends), got {value!r}."
         )
+
+
+def check_initial_epoch(value) -> None:
+    """Raises ValueError unless `value` is an integer >= 0 (`fit(initial_epoch=...)`)."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ValueError(
+            f"initial_epoch must be an integer >= 0 (the epoch to start counting at, as in "
+            f"model.fit), got {value!r}."
+        )
