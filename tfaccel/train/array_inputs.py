@@ -183,6 +183,7 @@ def to_pipeline(
         training=training,
         shuffle_buffer="auto" if shuffle else None,
         seed=seed,
+        deterministic=True,  # model.fit's order: batches in sequence, every run
         cache=None,  # the arrays are in memory already
         strategy=strategy,
         jit_compile=bool(jit_compile and training),
