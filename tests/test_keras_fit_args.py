@@ -92,7 +92,10 @@ def test_weighted_metrics_and_loss_weights_follow_compile(mirrored):
 
 
 def test_unweighted_metrics_ignore_class_weights():
-    compile_kwargs = {"metrics": ["accuracy"], "weighted_metrics": ["sparse_categorical_crossentropy"]}
+    compile_kwargs = {
+        "metrics": ["accuracy"],
+        "weighted_metrics": ["sparse_categorical_crossentropy"],
+    }
     fit_kwargs = {"batch_size": 16, "epochs": 1, "class_weight": {0: 3.0}}
     expected, _, history, _ = both(tf.distribute.get_strategy(), fit_kwargs, compile_kwargs)
     assert_same(expected, history)
@@ -184,7 +187,9 @@ def test_subclassed_model_outside_the_scope_names_the_fix(mirrored):
     net = Net(3)
     net(X[:2])
     net.compile("sgd", keras.losses.SparseCategoricalCrossentropy(from_logits=True))
-    with pytest.raises(ValueError, match=r"(?s)outside the Trainer's strategy.*get_config.*strategy.scope\(\)"):
+    with pytest.raises(
+        ValueError, match=r"(?s)outside the Trainer's strategy.*get_config.*strategy.scope\(\)"
+    ):
         tfaccel.Trainer(net, strategy=mirrored)
 
 

@@ -204,7 +204,8 @@ def _check_batch_size(batch_size, name: str = "batch_size") -> int:
 def _dataset_only(x, **given) -> None:
     """Refuses array arguments next to a dataset, as `model.fit` does."""
     for name, value in given.items():
-        if value is not None and value is not False and value != 0.0:
+        unset = value is None or (isinstance(value, (bool, int, float)) and not value)
+        if not unset:
             fix = {
                 "y": "the labels come from the dataset's (x, y) elements",
                 "batch_size": "the dataset is batched already (batch it with the global batch)",
