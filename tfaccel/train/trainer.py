@@ -15,7 +15,7 @@ import logging
 import keras
 import tensorflow as tf
 
-from tfaccel import cluster, devices, precision
+from tfaccel import cluster, precision
 from tfaccel.data.label_contract import check as check_labels
 from tfaccel.train import (
     accumulation,
@@ -87,7 +87,7 @@ class Trainer:
         jit_compile="auto",
         accumulate_steps=1,
     ):
-        self.strategy = strategy or devices.strategy("auto")
+        self.strategy = strategy or arguments.default_strategy()
         self.steps_per_loop = settings.resolve_steps_per_loop(steps_per_loop)
         self.accumulate_steps = accumulation.resolve_accumulate_steps(accumulate_steps)
         with self.strategy.scope():
