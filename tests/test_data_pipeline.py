@@ -9,6 +9,7 @@ import tensorflow as tf
 from PIL import Image
 
 from tfaccel import data
+from tfaccel.data import partial
 
 N = 40
 
@@ -123,11 +124,36 @@ def test_drop_remainder_defaults(mirrored):
     assert resolved(training=True, jit_compile=True)["drop_remainder"] is True
     assert resolved(training=False, jit_compile=True)["drop_remainder"] is False
     fn = data.pipeline(arrays(), batch_size=8, training=True, strategy=mirrored)
-    assert fn.drop_remainder is True
+    assert fn.drop_remainder is False  # the Trainer trains the partial batch exactly
     assert (
         data.pipeline(arrays(), batch_size=8, training=False, strategy=mirrored).drop_remainder
         is False
     )
+
+
+def test_partial_batch_is_shared_by_the_replicas_of_one_step(mirrored):
+    fn = data.pipeline(arrays(21), batch_size=8, training=True, seed=0, strategy=mirrored)
+    context = tf.distribute.InputContext(num_replicas_in_sync=2)
+    sizes = [int(x.shape[0]) for x, _ in fn(context)]
+    assert sizes == [4, 4, 4, 4, 2, 3]  # 8 + 8 + 5: the last step's 5 split 2 / 3
+    stream = [[int(v) for v in y.numpy()] for _, y in fn(context).repeat(2)]  # as the Trainer
+    epochs = [sum(stream[:6], []), sum(stream[6:], [])]  # 3 steps of 2 replicas each
+    assert sorted(epochs[0]) == sorted(epochs[1]) == list(range(21))  # no step spans two
+    assert epochs[0] != epochs[1]  # reshuffled
+
+
+def test_workers_shards_are_padded_to_the_same_number_of_steps(mirrored):
+    # 2 workers of 1 replica, 17 examples, global batch 8: shards of 9 and 8 examples both
+    # take ceil(17 / 8) = 3 steps; the shard of 8 gets an empty third batch (4 + 4 | 0).
+    assert partial.shard_padding(17, 2, 0, 4) == 0 and partial.shard_padding(17, 2, 1, 4) == 1
+    fn = data.pipeline(arrays(17), batch_size=8, training=True, seed=0, strategy=mirrored)
+    sizes, labels = [], []
+    for index in range(2):
+        batches = list(fn(tf.distribute.InputContext(2, index, 2)))
+        sizes.append([int(x.shape[0]) for x, _ in batches])
+        labels += [int(v) for _, y in batches for v in y.numpy()]
+    assert sizes == [[4, 4, 1], [4, 4, 0]]
+    assert sorted(labels) == list(range(17))
 
 
 def test_batch_map_is_vectorised_over_batches():

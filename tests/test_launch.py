@@ -2,6 +2,7 @@
 
 import json
 import pathlib
+import re
 import subprocess
 import sys
 import time
@@ -98,3 +99,25 @@ def test_two_workers_train_with_the_trainer(tmp_path):
     assert chief["id_sum"] == 3 * 96 * 95 / 2
     assert (tmp_path / "ckpt" / "checkpoint").exists()
     assert not list((tmp_path / "ckpt").glob(".worker*")), "non-chief temp dirs are removed"
+
+
+def test_readme_model_fit_script_runs_on_two_workers(tmp_path):
+    from test_readme import README, python_blocks
+
+    (block,) = python_blocks(README.read_text(), sections=("Porting from `model.fit`",))
+    script = tmp_path / "fit_script.py"
+    script.write_text(block)
+    result = tfaccel_launch("--workers", "2", "--timeout", "200", "--", sys.executable, str(script))
+    assert result.returncode == 0, result.stdout[-3000:]
+    finals = {
+        line[:10]: float(line.rsplit(" ", 1)[1])
+        for line in result.stdout.splitlines()
+        if "validation accuracy:" in line
+    }
+    assert set(finals) == {"[worker 0]", "[worker 1]"}
+    assert finals["[worker 0]"] == finals["[worker 1]"] > 0.6  # one model, trained together
+    assert "CollectiveAllReduceStrategy" in result.stdout and "replicas                2" in (
+        result.stdout
+    )
+    evaluated = re.findall(r"all digits: \{'accuracy': ([0-9.]+)", result.stdout)
+    assert len(evaluated) == 2 and min(map(float, evaluated)) > 0.6  # the user's model, trained

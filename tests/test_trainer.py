@@ -318,10 +318,13 @@ def test_elements_that_are_not_pairs():
         trainer().fit(data, verbose=0)
 
 
-def test_model_not_built_under_the_strategy(mirrored):
-    model = build()
-    with pytest.raises(ValueError, match="not created under the Trainer's strategy"):
-        tfaccel.Trainer(model, loss="mse", strategy=mirrored)
+def test_model_not_built_under_the_strategy_is_copied_into_it(mirrored):
+    model = build()  # BatchNormalization's moving statistics are copied too
+    ours = tfaccel.Trainer(model, loss="sparse_categorical_crossentropy", strategy=mirrored)
+    assert ours.model is not model and ours.source_model is model
+    assert max_diff(model.get_weights(), ours.model.get_weights()) == 0.0
+    ours.fit(dataset(), verbose=0)
+    assert max_diff(model.get_weights(), ours.model.get_weights()) == 0.0  # copied back
 
 
 def test_global_batch_not_divisible_by_replicas(mirrored):

@@ -26,6 +26,7 @@ _NAMES = {
     "CheckpointCorruptError": "tfaccel.train",
     "CheckpointLockedError": "tfaccel.train",
     "CheckpointMismatchError": "tfaccel.train",
+    "DroppedExamplesWarning": "tfaccel.train",
     "Trainer": "tfaccel.train",
     "TrainingDivergedError": "tfaccel.train",
 }
@@ -49,6 +50,7 @@ __all__ = [
     "CheckpointLockedError",
     "CheckpointMismatchError",
     "DeviceConfigError",
+    "DroppedExamplesWarning",
     "InceptionBlock",
     "ResidualBlock",
     "Trainer",
@@ -82,6 +84,7 @@ if TYPE_CHECKING:  # what static tools and IDEs see
         CheckpointCorruptError,
         CheckpointLockedError,
         CheckpointMismatchError,
+        DroppedExamplesWarning,
         Trainer,
         TrainingDivergedError,
     )

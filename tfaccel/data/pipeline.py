@@ -21,7 +21,7 @@ from typing import Any
 
 import tensorflow as tf
 
-from tfaccel.data import augment_seeds, fingerprint, finite, sizing
+from tfaccel.data import augment_seeds, fingerprint, finite, partial, sizing
 from tfaccel.data import cache as cache_lib
 from tfaccel.data.plan import Plan, attach
 from tfaccel.data.sources import AUTOTUNE, is_pair, require_pair, source_info
@@ -151,8 +151,10 @@ def pipeline(
         deterministic: keep parallel maps in order. None → True when a seed is
             given or when not training, else False (faster training input).
         repeat: True repeats for ever, an int repeats that many times.
-        drop_remainder: None → True when training with several replicas or with
-            `jit_compile` (static shapes), else False.
+        drop_remainder: None → True only when training with `jit_compile` (XLA needs
+            static shapes), else False: the partial last batch is kept, as `model.fit`
+            keeps it (the Trainer trains it exactly on any number of replicas). With
+            True, the Trainer warns with the number of examples dropped each epoch.
         strategy: a `tf.distribute.Strategy`; with more than one replica in sync
             (or multi-worker) a `DatasetFn` is returned instead of a dataset.
         batch_map: vectorised per-batch function (e.g. mixup).
@@ -216,8 +218,9 @@ def pipeline(
             f"cache_mismatch must be one of {cache_lib.MISMATCH_MODES}, got {cache_mismatch!r}."
         )
     multi_worker = isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy)
-    if drop_remainder is None:
-        drop_remainder = bool(training and (replicas > 1 or jit_compile))
+    if drop_remainder is None:  # kept unless XLA, or workers' shards that cannot be evened
+        uneven = multi_worker and not partial.can_even_shards(source)
+        drop_remainder = bool(training and (jit_compile or uneven))
     config = _Config(
         source=source,
         batch_size=batch_size,
@@ -468,16 +471,34 @@ def _build(config: _Config, context: tf.distribute.InputContext | None):
         dataset = dataset.repeat(config.repeat)
         plan.add("repeat", times=config.repeat)
 
+    # Replicas this pipeline feeds: its batches of one step are cut from one batch, so
+    # that a partial last batch fills the step (see tfaccel.data.partial).
+    pieces = 1
+    if context is not None and not config.drop_remainder:
+        pieces = max(context.num_replicas_in_sync // max(pipelines, 1), 1)
     dataset = dataset.batch(
-        batch,
+        batch * pieces,
         drop_remainder=config.drop_remainder,
         num_parallel_calls=AUTOTUNE,
         deterministic=config.deterministic,
     )
     plan.add("batch", size=batch, drop_remainder=config.drop_remainder)
+    if pieces > 1:
+        dataset = partial.split(dataset, pieces)
+        plan.notes.append(
+            f"batch: {pieces} replicas' batches are cut from one batch of {batch * pieces}, "
+            f"so the partial last batch is shared by the {pieces} replicas of its step"
+        )
     if config.batch_map is not None:
         dataset = _map(dataset, config.batch_map, config, "batch_map")
         plan.add("batch_map", fn=_name(config.batch_map), parallel="AUTOTUNE")
+    by_element = not self_sharding and (info is None or info.raw is None)
+    if pipelines > 1 and config.training and not config.drop_remainder and by_element:
+        count = int(source.cardinality()) if info is None or info.count is None else info.count
+        empty = partial.shard_padding(count, pipelines, index, batch * pieces) if count >= 0 else 0
+        if empty:
+            dataset = partial.pad(dataset, empty * pieces)
+            plan.add("pad", empty_batches=empty, why="this shard has one batch fewer than others")
     dataset = dataset.prefetch(AUTOTUNE)
     plan.add("prefetch", buffer="AUTOTUNE")
 

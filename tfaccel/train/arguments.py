@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import keras
 
+from tfaccel import devices
+
 
 def build_model(model) -> keras.Model:
     """Returns `model`, or calls it when it is a function building one (in scope).
@@ -95,3 +97,33 @@ def check_steps(name: str, value) -> None:
         raise ValueError(
             f"{name} must be an integer >= 1 (or None to run until the data ends), got {value!r}."
         )
+
+
+def check_initial_epoch(value) -> None:
+    """Raises ValueError unless `value` is an integer >= 0 (`fit(initial_epoch=...)`)."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ValueError(
+            f"initial_epoch must be an integer >= 0 (the epoch to start counting at, as in "
+            f"model.fit), got {value!r}."
+        )
+
+
+def default_strategy():
+    """`tfaccel.devices.strategy("auto")`, for a Trainer given no strategy.
+
+    Raises:
+        RuntimeError: a multi-worker cluster is configured but TensorFlow already ran
+            (the multi-worker strategy must exist before the first op); says what to do.
+    """
+    try:
+        return devices.strategy("auto")
+    except RuntimeError as error:
+        if "Collective ops must be configured at program startup" not in str(error):
+            raise
+        raise RuntimeError(
+            "This process is a worker of a multi-worker cluster (TF_CONFIG or Slurm), and "
+            "TensorFlow ran before its multi-worker strategy was made, which TensorFlow "
+            "refuses. Make the strategy first, at the top of the script: `strategy = "
+            "tfaccel.devices.strategy()` before building the model, then "
+            "Trainer(model, strategy=strategy)."
+        ) from error

@@ -62,6 +62,7 @@ class FitLoop:
         restore_on_divergence,
         exit_on_preemption,
         resume="auto",
+        initial_epoch=0,
     ):
         for name, value, least in (("epochs", epochs, 0), ("steps_per_epoch", steps_per_epoch, 1)):
             if value is not None and (
@@ -70,6 +71,7 @@ class FitLoop:
                 raise ValueError(f"{name} must be an integer >= {least}, got {value!r}.")
         self.t = trainer
         self.epochs = epochs
+        self.initial_epoch = initial_epoch  # where a run without a checkpoint starts
         self.validation_steps = validation_steps
         self.checkpoint_every = check_checkpoint_every(checkpoint_every)
         if not isinstance(divergence_loops, int) or divergence_loops < 1:
@@ -173,7 +175,7 @@ class FitLoop:
             with hyperparameters.kept(self.t.optimizer):
                 path = self.ckpt.restore(self.run_shape, self.resume)
         if path is None:
-            self.t.epoch.assign(0)
+            self.t.epoch.assign(self.initial_epoch)
             self.t.epoch_step.assign(0)
             return 0
         done = self._position_after_restore()

@@ -9,9 +9,12 @@ import tensorflow as tf
 
 
 class PerExampleLoss:
-    """Wraps a Keras loss (object, name or function) to return one value per example."""
+    """Wraps a Keras loss (object, name or function) to return one value per example.
 
-    def __init__(self, loss):
+    `weight` multiplies it (a single-output model's `loss_weights`, as in `model.compile`).
+    """
+
+    def __init__(self, loss, weight: float = 1.0):
         if isinstance(loss, str):
             loss = keras.losses.get(loss)
         if isinstance(loss, keras.losses.Loss):
@@ -23,6 +26,7 @@ class PerExampleLoss:
         else:
             raise TypeError(f"loss must be a keras Loss, a loss name or a callable, got {loss!r}.")
         self.fn = loss
+        self.weight = float(weight)
 
     def __call__(self, y_true, y_pred, sample_weight=None) -> tf.Tensor:
         """Returns a float32 vector with one loss per example of the batch."""
@@ -42,6 +46,8 @@ class PerExampleLoss:
         if sample_weight is not None and not isinstance(self.fn, keras.losses.Loss):
             weight = tf.cast(sample_weight, values.dtype)
             values *= tf.reshape(weight, [-1])
+        if self.weight != 1.0:
+            values *= self.weight
         return values
 
 
@@ -65,9 +71,29 @@ _ACCURACY = {
 }
 
 
-def resolve_metrics(metrics, loss: PerExampleLoss) -> list[keras.metrics.Metric]:
+def resolve_metrics(
+    metrics, loss: PerExampleLoss, weighted_metrics=None
+) -> list[keras.metrics.Metric]:
     """Turns metric objects, names and functions (one alone, a list, or None) into Keras
-    `Metric` objects."""
+    `Metric` objects. As in `model.compile`, `metrics` ignore sample weights (and class
+    weights) and `weighted_metrics` use them (`metric.tfaccel_weighted`)."""
+    plain = _resolve(metrics, loss)
+    weighted = _resolve(weighted_metrics, loss)
+    for metric in plain:
+        metric.tfaccel_weighted = False
+    for metric in weighted:
+        metric.tfaccel_weighted = True
+    names = [m.name for m in plain + weighted]
+    repeated = sorted({n for n in names if names.count(n) > 1})
+    if repeated:
+        raise ValueError(
+            f"Two metrics are named {repeated}; the logs need one name each. Give one a name, "
+            "e.g. keras.metrics.SparseCategoricalAccuracy(name='weighted_accuracy')."
+        )
+    return plain + weighted
+
+
+def _resolve(metrics, loss: PerExampleLoss) -> list[keras.metrics.Metric]:
     if metrics is None:
         metrics = []
     elif isinstance(metrics, (str, keras.metrics.Metric)) or callable(metrics):

@@ -88,8 +88,9 @@ class StepLoops:
         self.loss_tracker.update_state(share, sample_weight=local_f)
         if training:
             self.loop_loss.update_state(share, sample_weight=local_f)
-        for metric in self.metrics:
-            metric.update_state(y, y_pred, sample_weight)
+        for metric in self.metrics:  # `metrics` ignore sample weights, as in model.fit
+            weighted = getattr(metric, "tfaccel_weighted", True)
+            metric.update_state(y, y_pred, sample_weight if weighted else None)
         return loss, global_f
 
     def _gradients(self, data):

@@ -15,9 +15,17 @@ import logging
 import keras
 import tensorflow as tf
 
-from tfaccel import cluster, devices, precision
+from tfaccel import cluster, precision
 from tfaccel.data.label_contract import check as check_labels
-from tfaccel.train import accumulation, arguments, inputs, settings
+from tfaccel.train import (
+    accumulation,
+    arguments,
+    array_inputs,
+    compiled,
+    inputs,
+    remainder,
+    settings,
+)
 from tfaccel.train.fit_loop import FitLoop
 from tfaccel.train.loop_stats import LoopStats
 from tfaccel.train.losses import PerExampleLoss, resolve_metrics
@@ -31,13 +39,20 @@ class Trainer:
 
     Args:
         model: a `keras.Model`, or a zero-argument callable building one (called in
-            the strategy scope). A given model must have been built in that scope.
+            the strategy scope). A model compiled with `model.compile(...)` gives its
+            optimizer, loss, loss weights and metrics (an argument given here wins). A
+            model built outside the scope is copied into it (`keras.models.clone_model`,
+            same weights) and the trained weights are copied back to it when `fit` ends.
         optimizer: a Keras optimizer, its name, or a callable building one; wrapped in
-            a `LossScaleOptimizer` when the dtype policy computes in float16.
+            a `LossScaleOptimizer` when the dtype policy computes in float16. Default:
+            the compiled model's, else "adam".
         loss: a `keras.losses.Loss`, a loss name, or `fn(y_true, y_pred)` returning one
-            loss per example.
+            loss per example. Default: the compiled model's (one is required).
         metrics: Keras metrics (objects or names such as "accuracy"; one alone, a list,
-            or None).
+            or None); as in `model.compile` they ignore sample and class weights.
+        loss_weights: a number multiplying the loss (a single-output model's
+            `loss_weights`; also one in a list or a dict keyed by the output's name).
+        weighted_metrics: metrics that use the sample and class weights.
         strategy: a `tf.distribute.Strategy`; None → `tfaccel.devices.strategy("auto")`.
         steps_per_loop: steps per `tf.function` call, or "auto" (100, clipped to the
             epoch). Callbacks' batch hooks fire once per loop.
@@ -53,31 +68,46 @@ class Trainer:
         TypeError: `model` is not a model or a function building one; `optimizer`
             is not an optimizer, its name or a function building one.
         ValueError: bad `steps_per_loop` / `jit_compile` / `accumulate_steps`, an
-            unknown optimizer name, or a model whose variables were not created under
-            `strategy`.
+            unknown optimizer name, no loss (neither given nor compiled), loss weights or
+            metrics for several outputs, or a model built outside `strategy`'s scope that
+            cannot be cloned into it (the message says how to build it there).
     """
 
     def __init__(
         self,
         model,
         *,
-        optimizer="adam",
-        loss,
-        metrics=(),
+        optimizer=None,
+        loss=None,
+        metrics=None,
+        loss_weights=None,
+        weighted_metrics=None,
         strategy=None,
         steps_per_loop="auto",
         jit_compile="auto",
         accumulate_steps=1,
     ):
-        self.strategy = strategy or devices.strategy("auto")
+        self.strategy = strategy or arguments.default_strategy()
         self.steps_per_loop = settings.resolve_steps_per_loop(steps_per_loop)
         self.accumulate_steps = accumulation.resolve_accumulate_steps(accumulate_steps)
         with self.strategy.scope():
-            self.model = arguments.build_model(model)
-            self._check_model_scope()
-            self.optimizer = precision.wrap_optimizer(arguments.build_optimizer(optimizer))
-            self.loss = PerExampleLoss(loss)
-            self.metrics = resolve_metrics(metrics, self.loss)
+            setup = compiled.resolve(
+                arguments.build_model(model),
+                self.strategy,
+                optimizer=optimizer,
+                loss=loss,
+                loss_weights=loss_weights,
+                metrics=metrics,
+                weighted_metrics=weighted_metrics,
+            )
+            self.model, self.source_model = setup.model, setup.source_model
+            self.optimizer = precision.wrap_optimizer(setup.optimizer)
+            self.loss = PerExampleLoss(setup.loss, weight=setup.loss_weight)
+            self.metrics = resolve_metrics(
+                compiled.metrics_in_scope(setup.metrics, self.strategy),
+                self.loss,
+                compiled.metrics_in_scope(setup.weighted_metrics, self.strategy),
+            )
             self.loss_tracker = keras.metrics.Mean(name="loss")
             self.loop_loss = keras.metrics.Mean(name="loop_loss")  # divergence check
             self.step = tf.Variable(
@@ -96,20 +126,6 @@ class Trainer:
         self.preempted = False
         self.settings: dict = {}
         self._stats = None
-
-    def _check_model_scope(self) -> None:
-        foreign = [
-            v.path
-            for v in self.model.variables
-            if not self.strategy.extended.variable_created_in_scope(getattr(v, "value", v))
-        ]
-        if foreign:
-            raise ValueError(
-                f"The model's variables (e.g. {foreign[:3]}) were not created under the "
-                f"Trainer's strategy ({type(self.strategy).__name__}). Build the model inside "
-                "`with strategy.scope():`, or pass a function that builds it: "
-                "Trainer(build_model, ...)."
-            )
 
     def _ensure_built(self, sample: tf.data.Dataset) -> None:
         if self.loops is not None:
@@ -247,14 +263,23 @@ class Trainer:
 
     def fit(
         self,
-        train_data,
-        *,
+        x=None,
+        y=None,
+        batch_size: int | None = None,
         epochs: int = 1,
-        steps_per_epoch: int | None = None,
-        validation_data=None,
-        validation_steps: int | None = None,
-        callbacks=(),
+        *,
         verbose="auto",
+        callbacks=(),
+        validation_split: float = 0.0,
+        validation_data=None,
+        shuffle: bool = True,
+        class_weight: dict | None = None,
+        sample_weight=None,
+        initial_epoch: int = 0,
+        steps_per_epoch: int | None = None,
+        validation_steps: int | None = None,
+        validation_batch_size: int | None = None,
+        validation_freq: int = 1,
         checkpoint_dir=None,
         checkpoint_every="epoch",
         keep: int = 3,
@@ -265,16 +290,33 @@ class Trainer:
     ) -> keras.callbacks.History:
         """Trains for `epochs`; returns the Keras `History`.
 
+        The arguments up to `validation_freq` are `model.fit`'s, with its meaning (see
+        `tfaccel.train.array_inputs`); arrays become a `tfaccel.data.pipeline`.
+
         Args:
-            train_data: a batched `tf.data.Dataset` (global batch), a dataset function for
-                `distribute_datasets_from_function`, or `tfaccel.data.pipeline(...)`'s result.
-            epochs: number of epochs.
+            x: a batched `tf.data.Dataset` (global batch) of `(x, y[, sample_weight])`, a
+                dataset function for `distribute_datasets_from_function`,
+                `tfaccel.data.pipeline(...)`'s result, or the features as NumPy arrays
+                (a dict or tuple of arrays for several inputs) with `y`.
+            y: labels for array features (None with a dataset).
+            batch_size: the global batch for arrays (default 32, as Keras).
+            epochs: the epoch to stop at (train epochs `initial_epoch`..`epochs - 1`).
+            verbose: 0 silent, 1 progress bar, 2 one line per epoch, "auto" → 1.
+            callbacks: `keras.callbacks.Callback` objects (a list, one, or None).
+            validation_split: for arrays, the fraction of examples to validate on: the
+                last ones, taken before shuffling, as Keras does.
+            validation_data: evaluated at each epoch end; results logged as `val_*`. A
+                dataset, or a tuple `(x_val, y_val)` / `(x_val, y_val, sample_weight_val)`.
+            shuffle: for arrays, reshuffle the training examples every epoch (seeded from
+                NumPy's global generator: `keras.utils.set_random_seed` fixes it).
+            class_weight: for arrays, `{class: weight}` weighting the training loss.
+            sample_weight: for arrays, one weight per training example.
+            initial_epoch: the epoch to start at (a resumed checkpoint's epoch wins).
             steps_per_epoch: steps per epoch; required for infinite datasets. Default: the
                 dataset's length.
-            validation_data: evaluated at each epoch end; results logged as `val_*`.
             validation_steps: steps of validation (None: until exhausted).
-            callbacks: `keras.callbacks.Callback` objects (a list, one, or None).
-            verbose: 0 silent, 1 progress bar, 2 one line per epoch, "auto" → 1.
+            validation_batch_size: batch of array validation data (default `batch_size`).
+            validation_freq: only 1 is supported (refused otherwise).
             checkpoint_dir: save and resume here. A run started again with the same
                 directory continues at the saved step with the same next batch. The run
                 owns the directory while it trains (a lock file, `tfaccel.lock`, removed
@@ -298,8 +340,15 @@ class Trainer:
                 `model.fit` does: the checkpoints already there are named in a warning
                 and deleted at this run's first save (until then they stay intact).
 
+        Warns:
+            DroppedExamplesWarning: the training data is batched with
+                `drop_remainder=True` and drops examples every epoch (their count).
+
         Raises:
-            ValueError: an unbatched or empty dataset, elements not
+            ValueError: a `model.fit` argument the Trainer does not support
+                (`validation_freq` other than 1, `shuffle="batch"`), array arguments
+                (`y`, `batch_size`, `sample_weight`, `class_weight`, `validation_split`)
+                with a dataset, an unbatched or empty dataset, elements not
                 `(x, y[, sample_weight])`, features whose shape does not fit the model's
                 input, labels whose dtype or shape do not fit the model's output and the
                 loss (see `tfaccel.data.check`), fractional labels or labels outside the
@@ -322,10 +371,27 @@ class Trainer:
             TrainingDivergedError: the loss stayed non-finite, or a weight became
                 non-finite (checked once per step loop, before any save).
         """
+        if validation_freq != 1:
+            array_inputs.refuse("validation_freq", validation_freq)
+        arguments.check_initial_epoch(initial_epoch)
+        train_data, validation_data = array_inputs.training_data(
+            x,
+            y,
+            batch_size=batch_size,
+            validation_split=validation_split,
+            validation_data=validation_data,
+            validation_batch_size=validation_batch_size,
+            shuffle=shuffle,
+            class_weight=class_weight,
+            sample_weight=sample_weight,
+            strategy=self.strategy,
+            jit_compile=self.jit_compile,
+        )
         verbose = 1 if verbose == "auto" else verbose
         arguments.check_steps("validation_steps", validation_steps)
         callbacks = arguments.callback_list(callbacks)
         global_batch = self._prepare(train_data, steps_per_epoch, "training")
+        dropped = remainder.warn_if_dropped(train_data, self.jit_compile)
         if validation_data is not None:
             self._prepare(validation_data, validation_steps, "validation")
         loop = FitLoop(
@@ -345,16 +411,21 @@ class Trainer:
             restore_on_divergence=restore_on_divergence,
             exit_on_preemption=exit_on_preemption,
             resume=resume,
+            initial_epoch=initial_epoch,
         )
         try:  # the checkpoint directory is this run's until fit ends, however it ends
             self.settings = self._resolve_settings(train_data, global_batch, loop.steps_per_epoch)
+            if dropped:
+                self.settings["drop_remainder"] = f"True ({dropped[0]} of {dropped[1]} dropped)"
             table = settings.format_table(self.settings)
             if verbose:
                 print(table)
             else:
                 logger.info(table)
             self.preempted = False
-            return loop.run()
+            history = loop.run()
+            compiled.copy_weights_back(self)
+            return history
         finally:
             loop.close()
 
@@ -373,13 +444,27 @@ class Trainer:
             **{m.name: float(m.result()) for m in self.metrics},
         }
 
-    def evaluate(self, data, *, steps: int | None = None) -> dict:
+    def evaluate(
+        self, x=None, y=None, batch_size: int | None = None, *, sample_weight=None, steps=None
+    ) -> dict:
         """Evaluates the model; returns `{"loss": ..., <metric>: ...}` over all examples.
+
+        Args:
+            x: a batched dataset (or `tfaccel.data.pipeline`'s result), or arrays (a dict
+                of arrays for named inputs) with `y`, batched by `batch_size` (default 32).
+            sample_weight: per-example weights of arrays.
+            steps: batches to evaluate (None: all).
 
         Raises:
             ValueError: the same input checks as `fit`, or `steps` < 1.
         """
         arguments.check_steps("steps", steps)
+        if not array_inputs.is_data(x):
+            x = (x, y) if sample_weight is None else (x, y, sample_weight)
+            y = sample_weight = None
+        elif batch_size is not None:
+            raise ValueError("batch_size= is for arrays; the dataset is batched already.")
+        data = array_inputs.evaluation_data(x, batch_size, self.strategy, y, sample_weight)
         self._prepare(data, steps, "evaluation")
         return self.evaluate_distributed(inputs.distribute(self.strategy, data), steps)
 

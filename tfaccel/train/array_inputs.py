@@ -1,0 +1,309 @@
+"""`model.fit`-style arguments for `Trainer.fit` / `evaluate`: arrays → `tfaccel.data` pipelines.
+
+Supported as `model.fit` has them: `x` / `y` as NumPy arrays (or tensors, pandas
+columns), a dict or tuple of arrays for several inputs, `batch_size` (default 32),
+`validation_split` (the *last* fraction, taken before any shuffling, as Keras does),
+`validation_data=(x_val, y_val[, sample_weight_val])`, `shuffle`, `class_weight`,
+`sample_weight`, `validation_batch_size`. A dataset (or `tfaccel.data.pipeline`'s
+result) passes through unchanged. What `model.fit` accepts and the Trainer does not is
+refused with an error naming it (`REFUSED`).
+
+The pipelines are `tfaccel.data.pipeline(from_arrays(...))`: sharded over the input
+pipelines, shuffled each epoch with a seed drawn from NumPy's global generator (so
+`keras.utils.set_random_seed(n)` fixes the order, as it does for `model.fit`),
+batched keeping the partial last batch (as `model.fit` does; dropped only for XLA's
+static shapes) and prefetched.
+"""
+
+from __future__ import annotations
+
+import numbers
+
+import numpy as np
+import tensorflow as tf
+
+from tfaccel.data.pipeline import DatasetFn, pipeline
+from tfaccel.data.plan import attach, plan_of
+from tfaccel.data.sources import from_arrays
+
+DEFAULT_BATCH_SIZE = 32  # Keras' default for arrays
+
+# model.fit arguments the Trainer refuses, with what to do instead.
+REFUSED = {
+    "validation_freq": "validation runs after every epoch; pass validation_data only when "
+    "you want it, or run trainer.evaluate(...) from a callback every N epochs",
+}
+
+
+def refuse(name: str, value) -> None:
+    """Raises ValueError for a `model.fit` argument the Trainer does not support."""
+    raise ValueError(
+        f"Trainer.fit does not support {name}={value!r} (a model.fit argument): {REFUSED[name]}."
+    )
+
+
+def is_data(x) -> bool:
+    """A dataset or a dataset function (what the Trainer takes without conversion)."""
+    return isinstance(x, (tf.data.Dataset, DatasetFn)) or (
+        callable(x) and not isinstance(x, (np.ndarray, tf.Tensor))
+    )
+
+
+def _check_arrays(x, what: str):
+    """`x` as arrays for `from_arrays`: lists of arrays become tuples, pandas → NumPy."""
+    if x is None:
+        return None
+    if hasattr(x, "to_numpy") and not isinstance(x, (np.ndarray, tf.Tensor)):
+        return x.to_numpy()
+    if isinstance(x, dict):
+        return {k: _check_arrays(v, f"{what}[{k!r}]") for k, v in x.items()}
+    if isinstance(x, (list, tuple)) and x and all(hasattr(v, "shape") for v in x):
+        return tuple(_check_arrays(v, f"{what}[{i}]") for i, v in enumerate(x))
+    if isinstance(x, (np.ndarray, tf.Tensor, list, tuple)) or hasattr(x, "__array__"):
+        return x
+    kind = type(x).__name__
+    raise TypeError(
+        f"{what} is a {kind}; Trainer.fit takes NumPy arrays (or a dict of them), a "
+        "tf.data.Dataset, or tfaccel.data.pipeline(...)'s result. For a Python generator or a "
+        "keras.utils.PyDataset use tf.data.Dataset.from_generator(...).batch(n), or load the "
+        "arrays."
+    )
+
+
+def _rows(x) -> int:
+    return int(np.shape(tf.nest.flatten(x)[0])[0])
+
+
+def _take(x, start: int, stop: int | None):
+    return tf.nest.map_structure(lambda a: a[start:stop], x)
+
+
+def split(arrays, validation_split: float):
+    """`(train, validation)` of a tuple of array structures: the last fraction validates.
+
+    Raises:
+        ValueError: a fraction outside (0, 1), or too few rows for both parts.
+    """
+    if isinstance(validation_split, bool) or not isinstance(validation_split, numbers.Real):
+        raise ValueError(f"validation_split must be a number in [0, 1), got {validation_split!r}.")
+    if not 0 < validation_split < 1:
+        raise ValueError(
+            f"validation_split must be in [0, 1) (the last fraction of the arrays becomes "
+            f"validation data), got {validation_split!r}."
+        )
+    rows = _rows(arrays[0])
+    cut = int(np.floor(rows * (1.0 - validation_split)))
+    if cut in (0, rows):
+        raise ValueError(
+            f"validation_split={validation_split} of {rows} examples leaves "
+            f"{'no training' if cut == 0 else 'no validation'} example. Use more data or "
+            "another fraction."
+        )
+    train = tuple(None if a is None else _take(a, 0, cut) for a in arrays)
+    val = tuple(None if a is None else _take(a, cut, None) for a in arrays)
+    return train, val
+
+
+def class_weights(y, class_weight: dict) -> np.ndarray:
+    """Per-example weights from `{class: weight}` (classes absent from the dict weigh 1),
+    reading integer labels, one-hot rows (their argmax) or (n, 1) labels, as `model.fit`.
+
+    Raises:
+        ValueError: `class_weight` is not a dict, or `y` is not one array.
+    """
+    if not isinstance(class_weight, dict):
+        raise ValueError(
+            f"class_weight must be a dict {{class index: weight}}, got {class_weight!r}."
+        )
+    if isinstance(y, (dict, tuple)):
+        raise ValueError(
+            "class_weight needs one label array; y holds several (several outputs). Pass "
+            "sample_weight instead."
+        )
+    labels = np.asarray(y)
+    if labels.ndim > 1:
+        labels = labels.argmax(-1) if labels.shape[-1] != 1 else labels[..., 0]
+    labels = np.round(labels).astype("int64")
+    weights = np.ones(labels.shape[0], dtype="float32")
+    for label, weight in class_weight.items():
+        weights[labels == int(label)] = weight
+    return weights
+
+
+def _with_weights(data):
+    """Elements `(x, (y, w))` → `(x, y, w)`, the plan kept."""
+
+    def unpack(x, yw):
+        return x, yw[0], yw[1]
+
+    if isinstance(data, DatasetFn):
+        return _WeightedFn(data, unpack)
+    return attach(data.map(unpack), plan_of(data))
+
+
+class _WeightedFn:
+    """A `DatasetFn` whose per-replica datasets yield `(x, y, sample_weight)`."""
+
+    def __init__(self, fn: DatasetFn, unpack):
+        self.fn, self.unpack = fn, unpack
+        self.global_batch_size = fn.global_batch_size
+        self.strategy = fn.strategy
+        self.drop_remainder = fn.drop_remainder
+        self.training = fn.training
+
+    def __call__(self, context):
+        return self.fn(context).map(self.unpack)
+
+    def plan(self):
+        return self.fn.plan()
+
+
+def to_pipeline(
+    x,
+    y,
+    sample_weight,
+    *,
+    batch_size: int,
+    training: bool,
+    shuffle: bool,
+    strategy,
+    jit_compile: bool,
+):
+    """A `tfaccel.data.pipeline` over arrays (with `sample_weight` as a third component)."""
+    if y is None:
+        raise ValueError(
+            "x is arrays but y is None: the Trainer needs labels. Pass y=..., or a dataset of "
+            "(x, y) pairs as x."
+        )
+    source = from_arrays(x, y if sample_weight is None else (y, sample_weight))
+    seed = int(np.random.randint(0, 2**31 - 1)) if training and shuffle else None
+    data = pipeline(
+        source,
+        batch_size=batch_size,
+        training=training,
+        shuffle_buffer="auto" if shuffle else None,
+        seed=seed,
+        deterministic=True,  # model.fit's order: batches in sequence, every run
+        cache=None,  # the arrays are in memory already
+        strategy=strategy,
+        jit_compile=bool(jit_compile and training),
+    )
+    return data if sample_weight is None else _with_weights(data)
+
+
+def _check_batch_size(batch_size, name: str = "batch_size") -> int:
+    if batch_size is None:
+        return DEFAULT_BATCH_SIZE
+    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+        raise ValueError(
+            f"{name} must be a positive integer (the global batch), got {batch_size!r}."
+        )
+    return batch_size
+
+
+def _dataset_only(x, **given) -> None:
+    """Refuses array arguments next to a dataset, as `model.fit` does."""
+    for name, value in given.items():
+        unset = value is None or (isinstance(value, (bool, int, float)) and not value)
+        if not unset:
+            fix = {
+                "y": "the labels come from the dataset's (x, y) elements",
+                "batch_size": "the dataset is batched already (batch it with the global batch)",
+                "sample_weight": "give elements (x, y, sample_weight)",
+                "class_weight": "map the weights into the dataset as (x, y, sample_weight)",
+                "validation_split": "pass validation_data=... (a dataset)",
+            }[name]
+            raise ValueError(
+                f"{name}= is for arrays, but x is a {type(x).__name__}: {fix}. Remove {name}=."
+            )
+
+
+def training_data(
+    x,
+    y,
+    *,
+    batch_size,
+    validation_split,
+    validation_data,
+    validation_batch_size,
+    shuffle,
+    class_weight,
+    sample_weight,
+    strategy,
+    jit_compile: bool,
+):
+    """`(train_data, validation_data)` for `Trainer.fit` from `model.fit`-style arguments."""
+    if shuffle not in (True, False):
+        raise ValueError(
+            f"shuffle must be True or False, got {shuffle!r} (shuffle='batch' is not "
+            "supported: the pipeline shuffles examples)."
+        )
+    if x is None:
+        raise ValueError("Trainer.fit needs training data: x (arrays or a dataset).")
+    if is_data(x):
+        _dataset_only(
+            x,
+            y=y,
+            batch_size=batch_size,
+            sample_weight=sample_weight,
+            class_weight=class_weight,
+            validation_split=validation_split,
+        )
+        train = x
+    else:
+        batch = _check_batch_size(batch_size)
+        x = _check_arrays(x, "x")
+        y = _check_arrays(y, "y")
+        weights = _check_arrays(sample_weight, "sample_weight")
+        if class_weight is not None and weights is not None:
+            raise ValueError(
+                "class_weight and sample_weight were both given; pass one (multiply the class "
+                "weights into sample_weight to use both)."
+            )
+        if validation_split:
+            if validation_data is not None:
+                raise ValueError("validation_split and validation_data were both given; pass one.")
+            (x, y, weights), validation_data = split((x, y, weights), validation_split)
+            validation_batch_size = validation_batch_size or batch
+        if class_weight is not None:
+            weights = class_weights(y, class_weight)
+        train = to_pipeline(
+            x,
+            y,
+            weights,
+            batch_size=batch,
+            training=True,
+            shuffle=shuffle,
+            strategy=strategy,
+            jit_compile=jit_compile,
+        )
+        validation_batch_size = validation_batch_size or batch
+    return train, evaluation_data(validation_data, validation_batch_size, strategy)
+
+
+def evaluation_data(data, batch_size, strategy, y=None, sample_weight=None):
+    """A dataset as is, or arrays / an `(x, y[, sample_weight])` tuple as a pipeline."""
+    if data is None or is_data(data):
+        if data is not None:
+            _dataset_only(data, y=y, sample_weight=sample_weight)
+        return data
+    if y is None and isinstance(data, tuple) and len(data) in (2, 3):
+        x, y, *rest = data
+        sample_weight = rest[0] if rest else None
+    elif y is None:
+        raise ValueError(
+            f"validation_data must be a dataset or a tuple (x_val, y_val) or (x_val, y_val, "
+            f"sample_weight_val), got {type(data).__name__}."
+        )
+    else:
+        x = data
+    return to_pipeline(
+        _check_arrays(x, "x"),
+        _check_arrays(y, "y"),
+        _check_arrays(sample_weight, "sample_weight"),
+        batch_size=_check_batch_size(batch_size, "validation_batch_size"),
+        training=False,
+        shuffle=False,
+        strategy=strategy,
+        jit_compile=False,
+    )

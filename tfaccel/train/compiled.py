@@ -1,0 +1,257 @@
+"""What a compiled Keras model brings to the Trainer: optimizer, loss, loss weights, metrics.
+
+`Trainer(model)` with a model that went through `model.compile(...)` takes these from it;
+an argument given to the Trainer wins. A model (or optimizer, or metric) whose variables
+were created outside the strategy's scope is rebuilt inside it: the model with
+`keras.models.clone_model` and its weights copied, the optimizer and metrics from their
+configs. The Trainer then trains the copy and copies its weights back to the user's model
+when `fit` ends, so code that goes on with `model` (evaluate, save) sees the trained weights.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import numbers
+from typing import Any
+
+import keras
+
+logger = logging.getLogger("tfaccel")
+
+
+@dataclasses.dataclass
+class CompileSettings:
+    """The arguments a model was compiled with (the objects given, not copies)."""
+
+    optimizer: Any = None
+    loss: Any = None
+    loss_weights: Any = None
+    metrics: Any = None
+    weighted_metrics: Any = None
+
+
+def read(model) -> CompileSettings | None:
+    """The compile arguments of `model`, or None when it was not compiled."""
+    if not isinstance(model, keras.Model) or not getattr(model, "compiled", False):
+        return None
+    config = getattr(model, "_compile_config", None)
+    given = dict(getattr(config, "config", None) or {})
+    optimizer = getattr(model, "optimizer", None) or given.get("optimizer")
+    # Keras wraps the optimizer under mixed_float16; the Trainer wraps it itself.
+    optimizer = getattr(optimizer, "inner_optimizer", optimizer)
+    return CompileSettings(
+        optimizer=optimizer,
+        loss=given.get("loss", getattr(model, "loss", None)),
+        loss_weights=given.get("loss_weights"),
+        metrics=given.get("metrics"),
+        weighted_metrics=given.get("weighted_metrics"),
+    )
+
+
+def choose(explicit, compiled: CompileSettings | None, name: str, default=None):
+    """An argument given to the Trainer (not None) wins over the compiled model's."""
+    if explicit is not None:
+        return explicit
+    if compiled is not None and getattr(compiled, name) is not None:
+        return getattr(compiled, name)
+    return default
+
+
+def _single_output(metrics, name: str):
+    if isinstance(metrics, dict):
+        raise ValueError(
+            f"The model was compiled with {name} per output ({metrics!r}); the Trainer trains "
+            f"single-output models. Pass {name}=[...] to the Trainer."
+        )
+    return metrics
+
+
+@dataclasses.dataclass
+class Resolved:
+    """What the Trainer trains with, every object made in the strategy's scope."""
+
+    model: keras.Model
+    source_model: keras.Model | None  # the user's model, when `model` is its in-scope copy
+    optimizer: Any
+    loss: Any
+    loss_weight: float
+    metrics: Any
+    weighted_metrics: Any
+
+
+def resolve(model, strategy, *, optimizer, loss, loss_weights, metrics, weighted_metrics):
+    """The Trainer's arguments, completed from the compiled model (call inside the scope).
+
+    Raises:
+        ValueError: no loss anywhere, loss weights or metrics for several outputs, or a
+            model built outside the scope that cannot be copied into it.
+        TypeError: an optimizer that is not one (see `arguments.build_optimizer`).
+    """
+    from tfaccel.train.arguments import build_optimizer
+
+    given = read(model)
+    loss = choose(loss, given, "loss")
+    require_loss(loss, given)
+    model, source = model_in_scope(model, strategy)
+    if metrics is None and weighted_metrics is None and given is not None:
+        metrics, weighted_metrics = given.metrics, given.weighted_metrics
+    chosen_optimizer = build_optimizer(choose(optimizer, given, "optimizer", "adam"))
+    resolved = Resolved(
+        model=model,
+        source_model=source,
+        optimizer=optimizer_in_scope(chosen_optimizer, strategy),
+        loss=loss,
+        loss_weight=loss_weight(choose(loss_weights, given, "loss_weights"), model),
+        metrics=_single_output(metrics, "metrics"),
+        weighted_metrics=_single_output(weighted_metrics, "weighted_metrics"),
+    )
+    if source is not None and given is not None:
+        compile_copy(model, resolved, given, strategy)
+    return resolved
+
+
+def require_loss(loss, compiled: CompileSettings | None) -> None:
+    """Raises ValueError when neither the Trainer nor `model.compile` gave a loss."""
+    if loss is not None:
+        return
+    if compiled is None:
+        raise ValueError(
+            "No loss: pass loss=... to the Trainer (e.g. loss='sparse_categorical_crossentropy'), "
+            "or give it a model compiled with model.compile(optimizer, loss, metrics)."
+        )
+    raise ValueError(
+        "The model was compiled without a loss, and the Trainer got none. Pass loss=... to the "
+        "Trainer, or compile the model with one: model.compile(optimizer, loss=..., metrics=...)."
+    )
+
+
+def loss_weight(loss_weights, model) -> float:
+    """One weight for the loss of a single-output model (Keras' `loss_weights`).
+
+    Raises:
+        ValueError: weights for several outputs, or not a number.
+    """
+    if loss_weights is None:
+        return 1.0
+    value = loss_weights
+    if isinstance(value, dict):
+        names = list(getattr(model, "output_names", None) or [])
+        if len(value) != 1 or (names and next(iter(value)) not in names):
+            raise ValueError(
+                f"loss_weights={loss_weights!r} names outputs {list(value)}, but the model's "
+                f"output is {names}. The Trainer trains single-output models: give one weight, "
+                "e.g. loss_weights=1.0."
+            )
+        value = next(iter(value.values()))
+    elif isinstance(value, (list, tuple)):
+        if len(value) != 1:
+            raise ValueError(
+                f"loss_weights={loss_weights!r} has {len(value)} weights; the Trainer trains "
+                "single-output models: give one weight, e.g. loss_weights=1.0."
+            )
+        value = value[0]
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise ValueError(
+            f"loss_weights must be a number (or one in a list or dict), got {loss_weights!r}."
+        )
+    return float(value)
+
+
+def variables_in_scope(variables, strategy) -> bool:
+    """Whether every variable was created under `strategy`'s scope."""
+    return all(
+        strategy.extended.variable_created_in_scope(getattr(v, "value", v)) for v in variables
+    )
+
+
+def optimizer_in_scope(optimizer, strategy):
+    """`optimizer`, or a fresh one from its config when its variables are outside the scope.
+
+    Call inside `strategy.scope()`. A fresh optimizer has no state: one that already
+    trained (outside the scope) starts again, with a log line saying so.
+    """
+    if not isinstance(optimizer, keras.optimizers.Optimizer):
+        return optimizer
+    if variables_in_scope(optimizer.variables, strategy):
+        return optimizer
+    if int(optimizer.iterations.numpy()):
+        logger.info(
+            "The compiled optimizer was created outside the strategy's scope and has trained "
+            "%d steps; the Trainer makes a new one from its config, without that state.",
+            int(optimizer.iterations.numpy()),
+        )
+    return type(optimizer).from_config(optimizer.get_config())
+
+
+def metrics_in_scope(metrics, strategy):
+    """Metric objects made outside the scope are remade from their configs (inside it).
+
+    Takes what `metrics=` takes (None, one metric or name, a list); returns a list or None.
+    """
+    if metrics is None:
+        return None
+    items = list(metrics) if isinstance(metrics, (list, tuple)) else [metrics]
+    out = []
+    for metric in items:
+        if isinstance(metric, keras.metrics.Metric) and not variables_in_scope(
+            metric.variables, strategy
+        ):
+            metric = type(metric).from_config(metric.get_config())
+        out.append(metric)
+    return out
+
+
+def model_in_scope(model: keras.Model, strategy) -> tuple[keras.Model, keras.Model | None]:
+    """`(model to train, the user's model to copy weights back to, or None)`.
+
+    A model whose variables were created outside `strategy`'s scope is cloned inside
+    it (call this inside `strategy.scope()`) with the same weights.
+
+    Raises:
+        ValueError: the model cannot be cloned (e.g. a subclassed model without
+            `get_config`); the message says how to build it in the scope instead.
+    """
+    if variables_in_scope(model.variables, strategy):
+        return model, None
+    try:
+        clone = keras.models.clone_model(model)
+        if not clone.built or len(clone.weights) != len(model.weights):
+            raise ValueError(
+                f"the clone has {len(clone.weights)} weights, the model {len(model.weights)}"
+            )
+        clone.set_weights(model.get_weights())
+    except Exception as error:  # noqa: BLE001 - re-raised with what to do
+        raise ValueError(
+            f"The model's variables (e.g. {[v.path for v in model.variables][:3]}) were created "
+            f"outside the Trainer's strategy ({type(strategy).__name__}), and copying the model "
+            f"into its scope failed ({type(error).__name__}: {error}). Build (and compile) the "
+            "model inside `with strategy.scope():`, or pass a function that builds it: "
+            "Trainer(build_model, ...)."
+        ) from error
+    logger.info(
+        "The model was built outside the strategy's scope: the Trainer trains a copy made "
+        "inside it and copies the weights back to your model when fit ends."
+    )
+    return clone, model
+
+
+def compile_copy(copy: keras.Model, resolved: Resolved, given: CompileSettings, strategy) -> None:
+    """Compiles the in-scope copy as the user's model was (for `evaluate` / `save` on it)."""
+    try:
+        copy.compile(
+            optimizer=resolved.optimizer,
+            loss=resolved.loss,
+            loss_weights=given.loss_weights,
+            metrics=metrics_in_scope(given.metrics, strategy),
+            weighted_metrics=metrics_in_scope(given.weighted_metrics, strategy),
+        )
+    except Exception as error:  # noqa: BLE001 - the Trainer does not need it compiled
+        logger.info("The model's in-scope copy was not compiled (%s).", error)
+
+
+def copy_weights_back(trainer) -> None:
+    """After `fit`: the trained weights into the user's model when the Trainer trained a copy."""
+    original = getattr(trainer, "source_model", None)
+    if original is not None:
+        original.set_weights(trainer.model.get_weights())

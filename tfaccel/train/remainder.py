@@ -1,0 +1,67 @@
+"""Examples a `drop_remainder=True` batch leaves out of every epoch, said once per `fit`.
+
+The Trainer trains a partial last batch exactly (its loss averaged over the examples it
+holds, on 1 or many replicas), so `tfaccel.data.pipeline` keeps it by default and drops it
+only for XLA (`jit_compile`: static shapes). A dataset batched with `drop_remainder=True`
+loses `examples % global_batch` examples every epoch: `fit` warns with that count.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import tensorflow as tf
+
+from tfaccel.train import inputs
+
+
+class DroppedExamplesWarning(UserWarning):
+    """Training examples left out of every epoch by `drop_remainder=True`."""
+
+
+def dropped_per_epoch(data) -> tuple[int, int] | None:
+    """`(dropped, examples)` per epoch of a dataset batched with `drop_remainder=True`.
+
+    Read from the dataset's graph: the last batch step and the number of elements it
+    batches (a dataset function is built for one pipeline, one replica: its batch is the
+    global batch). None when nothing is dropped or the count cannot be known (an
+    unknown or infinite length, e.g. `repeat` before `batch`).
+    """
+    node = inputs.sample_dataset(data)
+    while node is not None:
+        size = getattr(node, "_batch_size", None)
+        drop = getattr(node, "_drop_remainder", None)
+        if size is not None and drop is not None:
+            parent = getattr(node, "_input_dataset", None)
+            if not bool(tf.get_static_value(drop)) or parent is None:
+                return None
+            examples = int(parent.cardinality())
+            batch = int(tf.get_static_value(size))
+            if examples < 0 or batch <= 0 or examples % batch == 0:
+                return None
+            return examples % batch, examples
+        node = getattr(node, "_input_dataset", None)
+    return None
+
+
+def warn_if_dropped(data, jit_compile: bool) -> tuple[int, int] | None:
+    """Warns once when `data` drops examples every epoch; returns `(dropped, examples)`."""
+    counted = dropped_per_epoch(data)
+    if counted is None:
+        return None
+    dropped, examples = counted
+    why = (
+        "XLA (jit_compile=True) needs one static batch shape, so tfaccel.data.pipeline drops "
+        "the partial last batch"
+        if jit_compile
+        else "the dataset was batched with drop_remainder=True; the Trainer trains a partial "
+        "last batch exactly, so batch with drop_remainder=False (tfaccel.data.pipeline's "
+        "default without XLA) to keep them"
+    )
+    warnings.warn(
+        f"{dropped} of {examples} training examples ({dropped / examples:.1%}) are dropped "
+        f"every epoch: {why}.",
+        DroppedExamplesWarning,
+        stacklevel=3,
+    )
+    return counted
