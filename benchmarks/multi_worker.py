@@ -9,7 +9,10 @@ small ResNet (32 per worker). Contenders, alternating round by round:
 - `one`: one worker, default strategy (the baseline);
 - `one_mwms`: one worker under `MultiWorkerMirroredStrategy` (the strategy's own cost);
 - `two_k1`, `two_k4`: two workers, `accumulate_steps` 1 and 4 (4 = a quarter of the
-  all-reduces; the per-worker batch per *batch* is the same, so examples/s compare).
+  all-reduces; the per-worker batch per *batch* is the same, so examples/s compare);
+- `*_distributed_iterator`: the same through TensorFlow's distributed (multi-device)
+  iterator, which the Trainer used before it fed a one-CPU-replica worker its own shard
+  (`tfaccel.train.inputs.local_shard`).
 
 Ratios: two ÷ one (ideal 2.0, physical limit here ≈ 1.95) and one_mwms ÷ one
 (ideal 1.0). Medians over rounds.
@@ -40,11 +43,13 @@ MODELS = {
     "mlp": {"per_worker_batch": 128, "description": "MLP 512-1024-1024-10"},
     "resnet": {"per_worker_batch": 32, "description": "resnet18 cifar stem width 16, 32x32x3"},
 }
-CONTENDERS = {  # name: (workers, strategy kind, accumulate_steps)
-    "one": (1, "auto", 1),
-    "one_mwms": (1, "multi_worker", 1),
-    "two_k1": (2, "auto", 1),
-    "two_k4": (2, "auto", 4),
+CONTENDERS = {  # name: (workers, strategy kind, accumulate_steps, distributed iterator)
+    "one": (1, "auto", 1, False),
+    "one_mwms": (1, "multi_worker", 1, False),
+    "one_mwms_distributed_iterator": (1, "multi_worker", 1, True),
+    "two_k1": (2, "auto", 1, False),
+    "two_k1_distributed_iterator": (2, "auto", 1, True),
+    "two_k4": (2, "auto", 4, False),
 }
 
 
@@ -71,16 +76,25 @@ def _model_and_data(model: str, global_batch: int):
                 18, input_shape=(32, 32, 3), num_classes=10, stem="cifar", width=16
             )
 
-    data = tf.data.Dataset.from_tensor_slices((x, y)).cache().repeat()
-    data = data.batch(global_batch, drop_remainder=True).prefetch(2)
+    def data(context: tf.distribute.InputContext) -> tf.data.Dataset:
+        # Each worker its own shard, in per-replica batches (as tfaccel.data.pipeline does).
+        shard = tf.data.Dataset.from_tensor_slices((x, y))
+        shard = shard.shard(context.num_input_pipelines, context.input_pipeline_id)
+        batch = context.get_per_replica_batch_size(global_batch)
+        return shard.cache().repeat().batch(batch, drop_remainder=True).prefetch(2)
+
     return build, data
 
 
-def worker(model: str, kind: str, accumulate: int, steps: int) -> None:
+def worker(model: str, kind: str, accumulate: int, steps: int, distributed: bool) -> None:
     """One worker's job: warm up, then time `steps` batches; the chief prints."""
     import keras
 
     import tfaccel
+    from tfaccel.train import inputs
+
+    if distributed:  # the multi-device iterator, as before `inputs.local_shard`
+        inputs.local_shard = lambda strategy, fn: None
 
     strategy = tfaccel.devices.strategy(kind)
     config = tfaccel.devices.read_tf_config()
@@ -112,10 +126,11 @@ class _Capture(io.StringIO):
 def run_config(model: str, contender: str, steps: int) -> float:
     from tfaccel.launch import launch
 
-    workers, kind, accumulate = CONTENDERS[contender]
+    workers, kind, accumulate, distributed = CONTENDERS[contender]
     out = _Capture()
     command = [sys.executable, __file__, "--worker", "--model", model, "--kind", kind]
     command += ["--accumulate", str(accumulate), "--steps", str(steps)]
+    command += ["--distributed-iterator"] if distributed else []
     status = launch(command, workers, cpus_per_worker=1, timeout_s=600, out=out)
     text = out.getvalue()
     if status != 0:
@@ -142,6 +157,10 @@ def summarize(model: str, rates: dict, steps: int) -> dict:
         "ratio_two_over_one_k1": medians["two_k1"] / one,
         "ratio_two_over_one_k4": medians["two_k4"] / one,
         "ratio_one_mwms_over_default": medians["one_mwms"] / one,
+        "ratio_one_mwms_distributed_iterator_over_default": (
+            medians["one_mwms_distributed_iterator"] / one
+        ),
+        "ratio_two_over_one_k1_distributed_iterator": medians["two_k1_distributed_iterator"] / one,
         "paired_ratios_over_one": paired,
         "target_two_over_one_k4 >= 1.6": medians["two_k4"] / one >= 1.6,
     }
@@ -153,13 +172,14 @@ def main(argv=None) -> dict:
     parser.add_argument("--model", default="mlp", help=argparse.SUPPRESS)
     parser.add_argument("--kind", default="auto", help=argparse.SUPPRESS)
     parser.add_argument("--accumulate", type=int, default=1, help=argparse.SUPPRESS)
+    parser.add_argument("--distributed-iterator", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--steps", type=int, default=200, help="timed batches per run")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--models", default="mlp,resnet")
     parser.add_argument("--quick", action="store_true")
     args = parser.parse_args(argv)
     if args.worker:
-        worker(args.model, args.kind, args.accumulate, args.steps)
+        worker(args.model, args.kind, args.accumulate, args.steps, args.distributed_iterator)
         return {}
     models = ["mlp"] if args.quick else args.models.split(",")
     steps, rounds = (16, 1) if args.quick else (args.steps, args.rounds)

@@ -101,6 +101,29 @@ def test_two_workers_train_with_the_trainer(tmp_path):
     assert not list((tmp_path / "ckpt").glob(".worker*")), "non-chief temp dirs are removed"
 
 
+def test_own_shard_input_on_two_cpu_workers_equals_the_distributed_iterator(tmp_path):
+    # One CPU replica per worker: each worker iterates its own shard (no multi-device
+    # iterator, see inputs.local_shard); the numbers equal the distributed iterator's.
+    runs = {}
+    for name, extra in (("own", []), ("distributed", ["--distributed-iterator"])):
+        out = tmp_path / name
+        result = tfaccel_launch(
+            *("--workers", "2", "--timeout", "200", "--", sys.executable, str(JOB)),
+            *("--augment", "--epochs", "2", "--ckpt", str(tmp_path / f"ckpt-{name}")),
+            *("--out", str(out), *extra),
+        )
+        assert result.returncode == 0, result.stdout[-3000:]
+        runs[name] = dict(np.load(f"{out}.worker0.npz"))
+    own, distributed = runs["own"], runs["distributed"]
+    assert own["local_shard"].all() and own["local_shard"].size >= 1
+    assert not distributed["local_shard"].any()
+    assert own["seen"] == distributed["seen"] == 2 * 96
+    assert own["id_sum"] == distributed["id_sum"] == 2 * 96 * 95 / 2
+    for key in own:
+        if key.startswith("arr_"):
+            np.testing.assert_allclose(own[key], distributed[key], rtol=1e-5, atol=1e-6)
+
+
 def test_readme_model_fit_script_runs_on_two_workers(tmp_path):
     from test_readme import README, python_blocks
 

@@ -97,7 +97,19 @@ def main():
     parser.add_argument("--kill-at", type=int)
     parser.add_argument("--term-at", type=int)
     parser.add_argument("--augment", action="store_true")
+    parser.add_argument("--distributed-iterator", action="store_true")
     args = parser.parse_args()
+
+    from tfaccel.train import inputs
+
+    own_shard, local = inputs.local_shard, []
+
+    def local_shard(strategy, fn):  # records which input path the training took
+        dataset = None if args.distributed_iterator else own_shard(strategy, fn)
+        local.append(dataset is not None)
+        return dataset
+
+    inputs.local_shard = local_shard
 
     tf.config.experimental.enable_op_determinism()
     strategy = tfaccel.devices.strategy("auto")
@@ -131,6 +143,7 @@ def main():
         seen=counter.seen.numpy() * strategy.num_replicas_in_sync,
         id_sum=counter.id_sum.numpy() * strategy.num_replicas_in_sync,
         step=int(trainer.step.numpy()),
+        local_shard=np.array(local, dtype=bool),
         first_loss=history.history["loss"][0] if history.history.get("loss") else np.nan,
         last_loss=history.history["loss"][-1] if history.history.get("loss") else np.nan,
         loss_history=np.array(history.history.get("loss", []), dtype="float64"),

@@ -83,9 +83,11 @@ class FitLoop:
         sample = inputs.sample_dataset(train_data)
         cardinality = int(sample.cardinality())
         self.stream = steps_per_epoch is not None or cardinality >= 0
+        self.endless = cardinality == inputs.INFINITE
         if steps_per_epoch is None and cardinality >= 0:
             steps_per_epoch = cardinality
             train_data = inputs.repeat(train_data)
+            self.endless = True
         # With gradient accumulation the loop counts applied steps of k batches each.
         self.accumulate = trainer.accumulate_steps
         steps_per_epoch = accumulation.applied_steps(steps_per_epoch, self.accumulate)
@@ -158,8 +160,11 @@ class FitLoop:
         data = self.train_data
         if resumed_steps:
             data = inputs.skip(data, resumed_steps * self.accumulate, self.t.strategy)
-        iterator = iter(inputs.distribute(self.t.strategy, data))
-        trackable = isinstance(iterator, tf.__internal__.tracking.Trackable)
+        iterator = iter(inputs.distribute(self.t.strategy, data, endless=self.endless))
+        # A worker's own shard (inputs.local_shard) must not be restored from the chief's.
+        trackable = isinstance(iterator, tf.__internal__.tracking.Trackable) and not isinstance(
+            self.t.strategy, tf.distribute.MultiWorkerMirroredStrategy
+        )
         self.saveable = self.ckpt is not None and self.stream and trackable
         if self.saveable:
             self.ckpt.set("iterator", iterator)
