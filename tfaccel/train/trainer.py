@@ -15,7 +15,7 @@ import logging
 import keras
 import tensorflow as tf
 
-from tfaccel import cluster, devices, precision
+from tfaccel import cluster, devices, precision, shared_strategy
 from tfaccel.data.label_contract import check as check_labels
 from tfaccel.train import accumulation, arguments, inputs, settings
 from tfaccel.train.fit_loop import FitLoop
@@ -70,6 +70,7 @@ class Trainer:
         accumulate_steps=1,
     ):
         self.strategy = strategy or devices.strategy("auto")
+        shared_strategy.check_alone(self.strategy)  # one collective strategy per device
         self.steps_per_loop = settings.resolve_steps_per_loop(steps_per_loop)
         self.accumulate_steps = accumulation.resolve_accumulate_steps(accumulate_steps)
         with self.strategy.scope():
