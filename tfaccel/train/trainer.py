@@ -17,7 +17,7 @@ import tensorflow as tf
 
 from tfaccel import cluster, devices, precision, shared_strategy
 from tfaccel.data.label_contract import check as check_labels
-from tfaccel.train import accumulation, arguments, inputs, settings
+from tfaccel.train import accumulation, arguments, inputs, saving, settings
 from tfaccel.train.fit_loop import FitLoop
 from tfaccel.train.loop_stats import LoopStats
 from tfaccel.train.losses import PerExampleLoss, resolve_metrics
@@ -383,6 +383,34 @@ class Trainer:
         arguments.check_steps("steps", steps)
         self._prepare(data, steps, "evaluation")
         return self.evaluate_distributed(inputs.distribute(self.strategy, data), steps)
+
+    def save(self, filepath) -> str:
+        """Saves the model as a `.keras` file (architecture and weights, not compiled).
+
+        Load it with `keras.saving.load_model(filepath)` after `import tfaccel` (which
+        registers tfaccel's layers), or `tfaccel.parallel.load_model` for a
+        `PipelineModel`. Under multi-worker, call it on every worker: the chief writes
+        `filepath`, the others a temporary copy they delete. Variables each replica
+        keeps for itself (BatchNormalization's moving statistics) are saved as the
+        chief's first replica holds them (`callbacks.SyncMovingStatistics` makes them
+        equal). Returns `filepath`.
+
+        Raises:
+            ValueError: a path not ending in `.keras`, a directory, or a model not built.
+        """
+        return saving.save(self.model, filepath, self.strategy)
+
+    def export(self, dirpath, **kwargs) -> str:
+        """Exports a SavedModel for serving (`model.export`; `kwargs` are its arguments).
+
+        Load it with `tf.saved_model.load(dirpath).serve(x)` (or TF Serving). Under
+        multi-worker, call it on every worker; only the chief writes `dirpath`.
+        Returns `dirpath`.
+
+        Raises:
+            ValueError: `dirpath` is a file, or the model is not built.
+        """
+        return saving.export(self.model, dirpath, self.strategy, **kwargs)
 
 
 def _steps_text(steps: int | None, accumulate_steps: int):
