@@ -5,7 +5,7 @@ TensorFlow work (devices, strategy, dtype policy, seed, the output folder), load
 data (`load_tfds` falls back to scikit-learn's digits when a TFDS dataset is neither
 on disk nor downloadable), trains, and ends with `finish(...)`, which writes under
 `--out`: `history.csv` and TensorBoard logs (through `callbacks(run)`),
-`metrics.json` and `curves.png`.
+`metrics.json`, `curves.png` and the trained model, `model.keras`.
 """
 
 from __future__ import annotations
@@ -422,6 +422,7 @@ def train_classifier(
         examples_per_sec=examples_per_second(throughput),
         settings=trainer.settings,
         extra=extra,
+        trainer=trainer,
     )
     return summary, trainer
 
@@ -448,8 +449,9 @@ def finish(
     examples_per_sec: float,
     settings: dict | None = None,
     extra: dict | None = None,
+    trainer: tfaccel.Trainer | None = None,
 ) -> dict:
-    """Prints the final metrics; writes metrics.json and curves.png (chief only).
+    """Prints the final metrics; writes metrics.json, curves.png and model.keras (chief only).
 
     Args:
         run: the run.
@@ -460,6 +462,8 @@ def finish(
         examples_per_sec: training throughput.
         settings: the Trainer's resolved settings.
         extra: anything else to record.
+        trainer: the trained Trainer, whose model is saved as `model.keras` (every
+            worker calls `trainer.save`; only the chief writes the file).
 
     Returns:
         What metrics.json holds.
@@ -483,6 +487,8 @@ def finish(
         },
         **(extra or {}),
     }
+    if trainer is not None:
+        summary["model"] = saved_model(run, trainer)
     print("Final: " + ", ".join(f"{k} {v:.4f}" for k, v in summary["final"].items()))
     print(f"Training throughput: {examples_per_sec:.1f} examples/s  (outputs in {run.out})")
     if run.is_chief:
@@ -495,6 +501,22 @@ def finish(
             title=f"{run.name} on {run.dataset}",
         )
     return summary
+
+
+def saved_model(run: Run, trainer: tfaccel.Trainer) -> dict:
+    """Saves the trained model as `<out>/model.keras`; returns what metrics.json says of it.
+
+    The model takes its inputs as the recipe's preprocessing leaves them (its input
+    shape and dtype are recorded); `keras.saving.load_model` after `import tfaccel`
+    loads it.
+    """
+    path = trainer.save(run.out / "model.keras")
+    print(f"Saved the trained model to {path}")
+    inputs = [
+        {"shape": list(tensor.shape), "dtype": str(tensor.dtype)}
+        for tensor in getattr(trainer.model, "inputs", None) or []
+    ]
+    return {"file": "model.keras", "inputs": inputs}
 
 
 def read_history(path: pathlib.Path) -> dict[str, list[float]] | None:

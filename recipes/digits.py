@@ -126,6 +126,7 @@ def main(argv=None) -> dict:
         final={"test_loss": results["loss"], "test_accuracy": results["accuracy"]},
         examples_per_sec=common.examples_per_second(throughput),
         settings=trainer.settings,
+        trainer=trainer,
     )
     print(f"Test accuracy: {results['accuracy']:.4f}  (logs in {logdir})")
     return summary

@@ -278,6 +278,7 @@ def main(argv=None) -> dict:
         final={"val_loss": results["loss"], "val_accuracy": results["accuracy"]},
         examples_per_sec=common.examples_per_second(throughput),
         settings=trainer.settings,
+        trainer=trainer,
         extra={
             "breeds": len(names),
             "pretrained": pretrained,

@@ -263,6 +263,7 @@ def main(argv=None) -> dict:
         final={"cv_log_rmse": mean, "train_log_rmse": train_score},
         examples_per_sec=common.examples_per_second(throughput),
         settings=trainer.settings,
+        trainer=trainer,
         extra={"folds": args.folds, "fold_log_rmse": scores, "cv_log_rmse_mean": mean},
     )
 

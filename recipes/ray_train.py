@@ -113,6 +113,7 @@ def train_worker(config: dict) -> None:
     results = trainer.evaluate(test)
     out = pathlib.Path(config["out"])
     out.mkdir(parents=True, exist_ok=True)
+    trainer.save(out / "model.keras")  # every worker calls it; the chief (rank 0) writes it
     # BatchNormalization's moving statistics are per worker under MWMS (Keras creates them
     # with aggregation "none"); the trainable weights are the same on every worker.
     np.savez(
