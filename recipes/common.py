@@ -32,6 +32,28 @@ FALLBACK_NAME = "digits (offline fallback)"
 SMOKE_TRAIN, SMOKE_TEST, SMOKE_BATCH = 32, 16, 16
 
 
+class HelpFormatter(argparse.RawDescriptionHelpFormatter):
+    """`--help` keeps the description's line breaks and shows every option's default.
+
+    An option whose default is None says "(default: none)" unless its help already
+    explains its default in words; a switch says "(default: off)".
+    """
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = action.help or ""
+        if not action.option_strings or action.default is argparse.SUPPRESS:
+            return text
+        if "%(default)" in text or (action.default is None and "default" in text):
+            return text
+        if action.default is None:
+            shown = "none"
+        elif action.default is False and action.nargs == 0:
+            shown = "off"
+        else:
+            shown = "%(default)s"
+        return f"{text} (default: {shown})".lstrip()
+
+
 class DatasetUnavailableError(RuntimeError):
     """A dataset the recipe needs is neither on disk nor downloadable (and no fallback)."""
 
@@ -51,9 +73,7 @@ def parser(
         epochs, batch_size, learning_rate: the recipe's defaults.
         fallback: whether the recipe has an offline fallback (`--no-fallback`).
     """
-    p = argparse.ArgumentParser(
-        description=description, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    p = argparse.ArgumentParser(description=description, formatter_class=HelpFormatter)
     p.add_argument("--epochs", type=int, default=epochs, help="passes over the training data")
     p.add_argument(
         "--batch-size", type=int, default=batch_size, help="global batch, summed over replicas"
@@ -65,11 +85,13 @@ def parser(
     p.add_argument(
         "--strategy", default="auto", choices=STRATEGIES, help="tf.distribute strategy to use"
     )
-    p.add_argument("--data-dir", default=None, help="where the data is (TFDS data_dir)")
+    p.add_argument("--data-dir", default=None, help="where the data is (default: TFDS's data_dir)")
     p.add_argument(
-        "--checkpoint-dir", default=None, help="save checkpoints here; run again to resume"
+        "--checkpoint-dir",
+        default=None,
+        help="save checkpoints here; run again to resume (default: none, no checkpoints)",
     )
-    p.add_argument("--out", default=None, help="outputs folder (default runs/<recipe>/)")
+    p.add_argument("--out", default=None, help="outputs folder (default: runs/<recipe>/)")
     p.add_argument(
         "--tune-batch-size",
         action="store_true",
@@ -85,6 +107,13 @@ def parser(
             help="fail instead of training on the bundled digits when the dataset is missing",
         )
     return p
+
+
+def default_is(p: argparse.ArgumentParser, flag: str, text: str) -> None:
+    """Says in `flag`'s help what its default means in this recipe (e.g. a computed path)."""
+    (action,) = [a for a in p._actions if flag in a.option_strings]
+    base = (action.help or "").split(" (default:")[0]
+    action.help = f"{base} (default: {text})"
 
 
 @dataclasses.dataclass
@@ -510,8 +539,9 @@ def saved_model(run: Run, trainer: tfaccel.Trainer) -> dict:
     shape and dtype are recorded); `keras.saving.load_model` after `import tfaccel`
     loads it.
     """
-    path = trainer.save(run.out / "model.keras")
-    print(f"Saved the trained model to {path}")
+    path = trainer.save(run.out / "model.keras")  # every worker; the chief writes it
+    if run.is_chief:
+        print(f"Saved the trained model to {path}")
     inputs = [
         {"shape": list(tensor.shape), "dtype": str(tensor.dtype)}
         for tensor in getattr(trainer.model, "inputs", None) or []

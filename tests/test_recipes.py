@@ -4,6 +4,7 @@ import csv
 import json
 import math
 import pathlib
+import re
 import subprocess
 import sys
 
@@ -180,6 +181,25 @@ def test_help_explains_the_core_flags(recipe, capsys):
     text = capsys.readouterr().out
     for flag in CORE_FLAGS:
         assert flag in text, flag
+    assert_every_default_shown(text)
+
+
+def assert_every_default_shown(text: str) -> None:
+    """Each option's entry in `--help` (but -h itself) ends with its default."""
+    options = text.split("options:", 1)[1]
+    entries = re.split(r"\n(?=  -)", options.strip("\n"))
+    assert len(entries) > 5
+    for entry in entries:
+        if not entry.lstrip().startswith("-h"):
+            assert "(default: " in " ".join(entry.split()), entry  # lines wrap anywhere
+
+
+def test_ray_recipe_help_shows_every_default(capsys):
+    import ray_train  # the Ray import is inside main: --help needs no Ray
+
+    with pytest.raises(SystemExit):
+        ray_train.parse(["--help"])
+    assert_every_default_shown(capsys.readouterr().out)
 
 
 def test_tune_batch_size_flag(tmp_path, capsys):
