@@ -5,7 +5,7 @@ TensorFlow work (devices, strategy, dtype policy, seed, the output folder), load
 data (`load_tfds` falls back to scikit-learn's digits when a TFDS dataset is neither
 on disk nor downloadable), trains, and ends with `finish(...)`, which writes under
 `--out`: `history.csv` and TensorBoard logs (through `callbacks(run)`),
-`metrics.json` and `curves.png`.
+`metrics.json`, `curves.png` and the trained model, `model.keras`.
 """
 
 from __future__ import annotations
@@ -32,6 +32,28 @@ FALLBACK_NAME = "digits (offline fallback)"
 SMOKE_TRAIN, SMOKE_TEST, SMOKE_BATCH = 32, 16, 16
 
 
+class HelpFormatter(argparse.RawDescriptionHelpFormatter):
+    """`--help` keeps the description's line breaks and shows every option's default.
+
+    An option whose default is None says "(default: none)" unless its help already
+    explains its default in words; a switch says "(default: off)".
+    """
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = action.help or ""
+        if not action.option_strings or action.default is argparse.SUPPRESS:
+            return text
+        if "%(default)" in text or (action.default is None and "default" in text):
+            return text
+        if action.default is None:
+            shown = "none"
+        elif action.default is False and action.nargs == 0:
+            shown = "off"
+        else:
+            shown = "%(default)s"
+        return f"{text} (default: {shown})".lstrip()
+
+
 class DatasetUnavailableError(RuntimeError):
     """A dataset the recipe needs is neither on disk nor downloadable (and no fallback)."""
 
@@ -51,9 +73,7 @@ def parser(
         epochs, batch_size, learning_rate: the recipe's defaults.
         fallback: whether the recipe has an offline fallback (`--no-fallback`).
     """
-    p = argparse.ArgumentParser(
-        description=description, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    p = argparse.ArgumentParser(description=description, formatter_class=HelpFormatter)
     p.add_argument("--epochs", type=int, default=epochs, help="passes over the training data")
     p.add_argument(
         "--batch-size", type=int, default=batch_size, help="global batch, summed over replicas"
@@ -65,11 +85,13 @@ def parser(
     p.add_argument(
         "--strategy", default="auto", choices=STRATEGIES, help="tf.distribute strategy to use"
     )
-    p.add_argument("--data-dir", default=None, help="where the data is (TFDS data_dir)")
+    p.add_argument("--data-dir", default=None, help="where the data is (default: TFDS's data_dir)")
     p.add_argument(
-        "--checkpoint-dir", default=None, help="save checkpoints here; run again to resume"
+        "--checkpoint-dir",
+        default=None,
+        help="save checkpoints here; run again to resume (default: none, no checkpoints)",
     )
-    p.add_argument("--out", default=None, help="outputs folder (default runs/<recipe>/)")
+    p.add_argument("--out", default=None, help="outputs folder (default: runs/<recipe>/)")
     p.add_argument(
         "--tune-batch-size",
         action="store_true",
@@ -85,6 +107,13 @@ def parser(
             help="fail instead of training on the bundled digits when the dataset is missing",
         )
     return p
+
+
+def default_is(p: argparse.ArgumentParser, flag: str, text: str) -> None:
+    """Says in `flag`'s help what its default means in this recipe (e.g. a computed path)."""
+    (action,) = [a for a in p._actions if flag in a.option_strings]
+    base = (action.help or "").split(" (default:")[0]
+    action.help = f"{base} (default: {text})"
 
 
 @dataclasses.dataclass
@@ -422,6 +451,7 @@ def train_classifier(
         examples_per_sec=examples_per_second(throughput),
         settings=trainer.settings,
         extra=extra,
+        trainer=trainer,
     )
     return summary, trainer
 
@@ -448,8 +478,9 @@ def finish(
     examples_per_sec: float,
     settings: dict | None = None,
     extra: dict | None = None,
+    trainer: tfaccel.Trainer | None = None,
 ) -> dict:
-    """Prints the final metrics; writes metrics.json and curves.png (chief only).
+    """Prints the final metrics; writes metrics.json, curves.png and model.keras (chief only).
 
     Args:
         run: the run.
@@ -460,6 +491,8 @@ def finish(
         examples_per_sec: training throughput.
         settings: the Trainer's resolved settings.
         extra: anything else to record.
+        trainer: the trained Trainer, whose model is saved as `model.keras` (every
+            worker calls `trainer.save`; only the chief writes the file).
 
     Returns:
         What metrics.json holds.
@@ -483,6 +516,8 @@ def finish(
         },
         **(extra or {}),
     }
+    if trainer is not None:
+        summary["model"] = saved_model(run, trainer)
     print("Final: " + ", ".join(f"{k} {v:.4f}" for k, v in summary["final"].items()))
     print(f"Training throughput: {examples_per_sec:.1f} examples/s  (outputs in {run.out})")
     if run.is_chief:
@@ -495,6 +530,23 @@ def finish(
             title=f"{run.name} on {run.dataset}",
         )
     return summary
+
+
+def saved_model(run: Run, trainer: tfaccel.Trainer) -> dict:
+    """Saves the trained model as `<out>/model.keras`; returns what metrics.json says of it.
+
+    The model takes its inputs as the recipe's preprocessing leaves them (its input
+    shape and dtype are recorded); `keras.saving.load_model` after `import tfaccel`
+    loads it.
+    """
+    path = trainer.save(run.out / "model.keras")  # every worker; the chief writes it
+    if run.is_chief:
+        print(f"Saved the trained model to {path}")
+    inputs = [
+        {"shape": list(tensor.shape), "dtype": str(tensor.dtype)}
+        for tensor in getattr(trainer.model, "inputs", None) or []
+    ]
+    return {"file": "model.keras", "inputs": inputs}
 
 
 def read_history(path: pathlib.Path) -> dict[str, list[float]] | None:

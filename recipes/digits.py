@@ -56,7 +56,11 @@ def build_model(num_classes: int = 10) -> keras.Model:
 
 def main(argv=None) -> dict:
     p = common.parser(__doc__, epochs=15, batch_size=64, learning_rate=2e-3, fallback=False)
-    p.add_argument("--logdir", default=None, help="old name of --out (default runs/digits/<time>)")
+    p.add_argument("--logdir", default=None, help="old name of --out")
+    common.default_is(p, "--data-dir", "unused, the digits ship with scikit-learn")
+    common.default_is(p, "--out", "runs/digits/<time>/")
+    common.default_is(p, "--logdir", "runs/digits/<time>/")
+    common.default_is(p, "--checkpoint-dir", "<out>/checkpoints")
     args = p.parse_args(argv)
     args.out = args.out or args.logdir or f"runs/digits/{time.strftime('%Y%m%d-%H%M%S')}"
     args.checkpoint_dir = args.checkpoint_dir or str(pathlib.Path(args.out) / "checkpoints")
@@ -126,6 +130,7 @@ def main(argv=None) -> dict:
         final={"test_loss": results["loss"], "test_accuracy": results["accuracy"]},
         examples_per_sec=common.examples_per_second(throughput),
         settings=trainer.settings,
+        trainer=trainer,
     )
     print(f"Test accuracy: {results['accuracy']:.4f}  (logs in {logdir})")
     return summary

@@ -170,6 +170,7 @@ def model_builder(size: int, classes: int, pretrained: bool, depth: int = 50):
 
 def main(argv=None) -> dict:
     p = common.parser(__doc__, epochs=10, batch_size=64, learning_rate=0.01, fallback=False)
+    common.default_is(p, "--data-dir", "the current folder")
     p.add_argument("--image-size", type=int, default=224, help="images are resized to this")
     p.add_argument(
         "--depth", type=int, default=50, help="ResNet depth when not --pretrained (18-152)"
@@ -278,6 +279,7 @@ def main(argv=None) -> dict:
         final={"val_loss": results["loss"], "val_accuracy": results["accuracy"]},
         examples_per_sec=common.examples_per_second(throughput),
         settings=trainer.settings,
+        trainer=trainer,
         extra={
             "breeds": len(names),
             "pretrained": pretrained,

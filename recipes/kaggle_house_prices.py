@@ -202,6 +202,7 @@ def train_one(run, encoder, train, val=None, *, tag: str, checkpoint_dir=None):
 
 def main(argv=None) -> dict:
     p = common.parser(__doc__, epochs=60, batch_size=64, learning_rate=1e-3, fallback=False)
+    common.default_is(p, "--data-dir", "the current folder")
     p.add_argument("--folds", type=int, default=5, help="K of K-fold cross-validation (>= 2)")
     args = p.parse_args(argv)
     if args.folds < 2:
@@ -263,6 +264,7 @@ def main(argv=None) -> dict:
         final={"cv_log_rmse": mean, "train_log_rmse": train_score},
         examples_per_sec=common.examples_per_second(throughput),
         settings=trainer.settings,
+        trainer=trainer,
         extra={"folds": args.folds, "fold_log_rmse": scores, "cv_log_rmse_mean": mean},
     )
 

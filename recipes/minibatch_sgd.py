@@ -112,7 +112,7 @@ def main(argv=None) -> dict:
         )
         args.batch_sizes = sorted({*args.batch_sizes, args.batch_size})
 
-    histories, points, results = {}, {}, {}
+    histories, points, results, trainers = {}, {}, {}, {}
     train_size = int(data["train"].cardinality())
     for batch in args.batch_sizes:
         rate = scaled_rate(args.learning_rate, batch, args.batch_size, args.lr_scaling)
@@ -157,6 +157,7 @@ def main(argv=None) -> dict:
             verbose=args.verbose,
         ).history
         histories[f"batch {batch}"], points[batch] = history, recorder.points
+        trainers[batch] = trainer
         results[batch] = {
             "learning_rate": rate,
             "test_loss": history["val_loss"][-1],
@@ -190,6 +191,7 @@ def main(argv=None) -> dict:
         },
         examples_per_sec=float(np.nanmax([r["examples_per_second"] for r in results.values()])),
         extra={"lr_scaling": args.lr_scaling, "by_batch_size": results},
+        trainer=trainers[best],  # model.keras: the best batch size's model
     )
 
 

@@ -113,6 +113,7 @@ def train_worker(config: dict) -> None:
     results = trainer.evaluate(test)
     out = pathlib.Path(config["out"])
     out.mkdir(parents=True, exist_ok=True)
+    trainer.save(out / "model.keras")  # every worker calls it; the chief (rank 0) writes it
     # BatchNormalization's moving statistics are per worker under MWMS (Keras creates them
     # with aggregation "none"); the trainable weights are the same on every worker.
     np.savez(
@@ -157,25 +158,31 @@ class CrashOnce(keras.callbacks.Callback):
 
 
 def parse(argv=None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--epochs", type=int, default=10)
+    from common import HelpFormatter  # recipes/common.py: every option's default in --help
+
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=HelpFormatter
+    )
+    parser.add_argument("--epochs", type=int, default=10, help="passes over the data")
     parser.add_argument("--batch-size", type=int, default=64, help="global batch")
-    parser.add_argument("--learning-rate", type=float, default=0.05)
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--learning-rate", type=float, default=0.05, help="SGD's rate")
+    parser.add_argument("--seed", type=int, default=0, help="random seed")
     parser.add_argument("--workers", type=int, default=2, help="Ray Train workers")
-    parser.add_argument("--cpus-per-worker", type=float, default=1)
-    parser.add_argument("--gpus-per-worker", type=float, default=0)
-    parser.add_argument("--accumulate-steps", type=int, default=1)
-    parser.add_argument("--steps-per-loop", default="auto")
-    parser.add_argument("--checkpoint-dir", help="shared by all workers; default: <out>/ckpt")
+    parser.add_argument("--cpus-per-worker", type=float, default=1, help="Ray CPUs each")
+    parser.add_argument("--gpus-per-worker", type=float, default=0, help="Ray GPUs each")
+    parser.add_argument("--accumulate-steps", type=int, default=1, help="see Trainer")
+    parser.add_argument("--steps-per-loop", default="auto", help="see Trainer")
+    parser.add_argument("--checkpoint-dir", help="shared by all workers (default: <out>/ckpt)")
     parser.add_argument("--checkpoint-every", default="epoch", help='"epoch" or N steps')
-    parser.add_argument("--out", default="runs/ray_train", help="weights and summary.json")
+    parser.add_argument(
+        "--out", default="runs/ray_train", help="weights, model.keras and summary.json"
+    )
     parser.add_argument("--max-failures", type=int, default=1, help="restarts Ray may do")
     parser.add_argument("--address", help="join a running Ray cluster (e.g. auto)")
     parser.add_argument("--smoke", action="store_true", help="2 epochs on 256 examples")
     parser.add_argument("--deterministic", action="store_true", help="TF op determinism")
     parser.add_argument("--crash-at-step", type=int, help="fault injection: kill a worker once")
-    parser.add_argument("--crash-rank", type=int, default=1)
+    parser.add_argument("--crash-rank", type=int, default=1, help="the worker to kill")
     args = parser.parse_args(argv)
     if args.workers < 1:
         parser.error(f"--workers must be >= 1, got {args.workers}")

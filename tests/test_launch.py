@@ -75,53 +75,159 @@ def test_timeout_bounds_the_run():
     assert "timed out" in result.stdout
 
 
-def test_two_workers_train_with_the_trainer(tmp_path):
-    out = tmp_path / "out"
-    result = tfaccel_launch(
-        "--workers",
-        "2",
-        "--timeout",
-        "200",
-        "--",
-        sys.executable,
-        str(JOB),
-        "--ckpt",
-        str(tmp_path / "ckpt"),
-        "--out",
-        str(out),
-    )
+def job_command(tmp, name, *extra):
+    """The training job, 2 epochs on a seeded `tfaccel.data` pipeline (exact resume)."""
+    ckpt, out = str(tmp / f"{name}-ckpt"), str(tmp / name)
+    job = [sys.executable, str(JOB), "--ckpt", ckpt, "--out", out]
+    return [*job, "--augment", "--epochs", "2", *extra]
+
+
+def worker_results(tmp, name):
+    return [dict(np.load(f"{tmp / name}.worker{i}.npz")) for i in (0, 1)]
+
+
+@pytest.fixture(scope="module")
+def two_workers(tmp_path_factory):
+    """An uninterrupted two-worker run of the training job: (launch result, its folder)."""
+    tmp = tmp_path_factory.mktemp("two_workers")
+    result = tfaccel_launch("--workers", "2", "--timeout", "200", "--", *job_command(tmp, "out"))
+    return result, tmp
+
+
+def test_two_workers_train_with_the_trainer(two_workers):
+    result, tmp = two_workers
     assert result.returncode == 0, result.stdout[-3000:]
-    chief, other = (dict(np.load(f"{out}.worker{i}.npz")) for i in (0, 1))
+    chief, other = worker_results(tmp, "out")
     for key in chief:
         np.testing.assert_array_equal(chief[key], other[key])
     assert chief["last_loss"] < chief["first_loss"]
-    assert chief["seen"] == 3 * 96  # each example once per epoch across the workers
-    assert chief["id_sum"] == 3 * 96 * 95 / 2
-    assert (tmp_path / "ckpt" / "checkpoint").exists()
-    assert not list((tmp_path / "ckpt").glob(".worker*")), "non-chief temp dirs are removed"
+    assert chief["seen"] == 2 * 96  # each example once per epoch across the workers
+    assert chief["id_sum"] == 2 * 96 * 95 / 2
+    assert (tmp / "out-ckpt" / "checkpoint").exists()
+    assert not list((tmp / "out-ckpt").glob(".worker*")), "non-chief temp dirs are removed"
+    # A normal shutdown's gRPC chatter (a peer's heartbeat to the exited chief) is hidden.
+    assert "Connection refused" not in result.stdout and "GRPC" not in result.stdout
 
 
-def test_own_shard_input_on_two_cpu_workers_equals_the_distributed_iterator(tmp_path):
+def test_own_shard_input_on_two_cpu_workers_equals_the_distributed_iterator(tmp_path, two_workers):
     # One CPU replica per worker: each worker iterates its own shard (no multi-device
     # iterator, see inputs.local_shard); the numbers equal the distributed iterator's.
-    runs = {}
-    for name, extra in (("own", []), ("distributed", ["--distributed-iterator"])):
-        out = tmp_path / name
-        result = tfaccel_launch(
-            *("--workers", "2", "--timeout", "200", "--", sys.executable, str(JOB)),
-            *("--augment", "--epochs", "2", "--ckpt", str(tmp_path / f"ckpt-{name}")),
-            *("--out", str(out), *extra),
-        )
-        assert result.returncode == 0, result.stdout[-3000:]
-        runs[name] = dict(np.load(f"{out}.worker0.npz"))
-    own, distributed = runs["own"], runs["distributed"]
+    command = job_command(tmp_path, "out", "--distributed-iterator")
+    result = tfaccel_launch("--workers", "2", "--timeout", "200", "--", *command)
+    assert result.returncode == 0, result.stdout[-3000:]
+    distributed, _ = worker_results(tmp_path, "out")
+    own, _ = worker_results(two_workers[1], "out")
     assert own["local_shard"].all() and own["local_shard"].size >= 1
     assert not distributed["local_shard"].any()
     assert own["seen"] == distributed["seen"] == 2 * 96
     assert own["id_sum"] == distributed["id_sum"] == 2 * 96 * 95 / 2
-    for key in own:
-        if key.startswith("arr_"):
-            np.testing.assert_allclose(own[key], distributed[key], rtol=1e-5, atol=1e-6)
+    for key in (k for k in own if k.startswith("arr_")):
+        np.testing.assert_allclose(own[key], distributed[key], rtol=1e-5, atol=1e-6)
+
+
+# -- restarts ----------------------------------------------------------------------------------
+
+
+def test_max_restarts_resumes_a_killed_worker_to_the_uninterrupted_weights(tmp_path, two_workers):
+    # Worker 1 SIGKILLs itself at step 14 (a marker file makes it once); the launcher
+    # restarts both, and the Trainer resumes from the checkpoint of step 12.
+    command = job_command(tmp_path, "out", "--kill-at", "14", "--kill-worker", "1")
+    result = tfaccel_launch(
+        "--workers", "2", "--max-restarts", "2", "--timeout", "200", "--", *command
+    )
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-2000:]
+    assert "worker 1 died (signal 9); restarting all workers (1 of 2)" in result.stderr
+    assert "(2 of 2)" not in result.stderr
+    assert (tmp_path / "out.killed").read_text() == "14"
+    reference, _ = worker_results(two_workers[1], "out")
+    for resumed in worker_results(tmp_path, "out"):
+        for key in (k for k in reference if k.startswith("arr_")):
+            np.testing.assert_allclose(resumed[key], reference[key], atol=1e-6)
+        assert resumed["step"] == 24 and resumed["seen"] == 2 * 96
+        assert resumed["id_sum"] == 2 * 96 * 95 / 2  # no batch repeated or skipped
+
+
+ONCE = (
+    "import json, os, sys\n"
+    "index = json.loads(os.environ['TF_CONFIG'])['task']['index']\n"
+    "marker = sys.argv[1]\n"
+    "if index == 1 and not os.path.exists(marker):\n"
+    "    open(marker, 'w').close()\n"
+    "    os.kill(os.getpid(), 9)\n"
+    "print('done', index)\n"
+)
+
+
+def test_a_worker_killed_once_is_restarted_and_the_job_succeeds(tmp_path):
+    result = tfaccel_launch(
+        "--workers", "2", "--max-restarts", "3", "--", *python(ONCE), str(tmp_path / "marker")
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "worker 1 died (signal 9); restarting all workers (1 of 3)" in result.stderr
+    assert "(2 of 3)" not in result.stderr
+    assert result.stdout.count("[worker 1] done 1") == 1  # in the second start
+
+
+def test_restarts_give_up_with_the_last_failure_status(tmp_path):
+    result = tfaccel_launch("--workers", "2", "--max-restarts", "2", "--", *python("exit(3)"))
+    assert result.returncode == 3
+    for line in ("(1 of 2)", "(2 of 2)", "giving up after 2 restart(s), exit status 3"):
+        assert line in result.stderr, result.stderr
+    assert "worker 0 failed (exit status 3)" in result.stderr or "worker 1 failed" in result.stderr
+
+
+@pytest.mark.parametrize("code, status", [("exit(2)", 2), ("pass", 0)], ids=["usage", "clean"])
+def test_no_restart_after_a_usage_error_or_a_clean_exit(code, status):
+    result = tfaccel_launch("--workers", "2", "--max-restarts", "3", "--", *python(code))
+    assert result.returncode == status
+    assert "restarting" not in result.stderr and "giving up" not in result.stderr
+
+
+def test_max_restarts_must_be_a_count():
+    result = tfaccel_launch("--workers", "2", "--max-restarts", "-1", "--", "true")
+    assert result.returncode == 2
+    assert "--max-restarts must be an integer >= 0" in result.stderr
+
+
+# -- output ------------------------------------------------------------------------------------
+
+NOISE = (
+    "E0000 base_collective_executor.cc:252] BaseCollectiveExecutor::StartAbort UNAVAILABLE: "
+    "Failed to send RPC to coordination service.\n"
+    "Additional GRPC error information from remote target /job:worker/replica:0/task:0\n"
+    ':UNKNOWN:Error received from peer {grpc_message:"Connection refused", grpc_status:14}'
+)
+
+
+def noisy_worker(exit_status: int) -> list[str]:
+    """Worker 0 exits after a second; worker 1 then logs gRPC shutdown noise and exits."""
+    code = (
+        "import json, os, sys, time\n"
+        "index = json.loads(os.environ['TF_CONFIG'])['task']['index']\n"
+        "if index == 0:\n"
+        "    time.sleep(1.0)\n"
+        "if index == 1:\n"
+        "    print('Connection refused is fine while both run', flush=True)\n"
+        "    time.sleep(2.5)\n"
+        f"    print({NOISE!r}, file=sys.stderr, flush=True)\n"
+        f"    sys.exit({exit_status})\n"
+    )
+    return python(code)
+
+
+def test_shutdown_grpc_noise_is_hidden_when_the_job_succeeds():
+    result = tfaccel_launch("--workers", "2", "--", *noisy_worker(0))
+    assert result.returncode == 0
+    assert "[worker 1] Connection refused is fine while both run" in result.stdout
+    assert "StartAbort" not in result.stdout and "grpc_message" not in result.stdout
+    assert "GRPC" not in result.stdout
+
+
+def test_shutdown_grpc_noise_is_shown_when_the_job_fails():
+    result = tfaccel_launch("--workers", "2", "--", *noisy_worker(1))
+    assert result.returncode == 1
+    for part in ("[worker 1] E0000", "[worker 1] Additional GRPC", "grpc_message"):
+        assert part in result.stdout, result.stdout
 
 
 def test_readme_model_fit_script_runs_on_two_workers(tmp_path):

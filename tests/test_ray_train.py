@@ -48,6 +48,7 @@ def test_two_ray_workers_train_then_a_killed_worker_recovers(tmp_path, local_ray
     assert summary["cluster"] == "TF_CONFIG" and summary["replicas"] == "2"
     assert int(summary["step"]) == 2 * 4  # 2 epochs of 256 examples in batches of 64
     plain = weights(out, 0)
+    assert (out / "model.keras").is_file()  # saved by every worker, written by the chief
     for a, b in zip(plain, weights(out, 1), strict=True):
         np.testing.assert_array_equal(a, b)
 

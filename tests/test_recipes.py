@@ -4,9 +4,11 @@ import csv
 import json
 import math
 import pathlib
+import re
 import subprocess
 import sys
 
+import keras
 import numpy as np
 import pytest
 import tensorflow_datasets as tfds
@@ -54,6 +56,11 @@ def test_digits_recipe_reaches_95_percent_and_resumes(tmp_path, capsys):
     assert (tmp_path / "checkpoints" / "checkpoint").exists()
     metrics = json.loads((tmp_path / "metrics.json").read_text())
     assert metrics["final"]["test_accuracy"] == summary["test_accuracy"]
+    # The saved model predicts the test set as the trained one did.
+    model = assert_saved_model(tmp_path, metrics)
+    _, _, (x_test, y_test) = digits.load(0)
+    accuracy = np.mean(model.predict(x_test, verbose=0).argmax(axis=1) == y_test)
+    assert accuracy == pytest.approx(summary["test_accuracy"], abs=1e-6)
     # The same command again resumes from the finished checkpoint: no more training.
     again = digits.main(["--logdir", str(tmp_path), "--verbose", "0"])
     assert again["test_accuracy"] == summary["test_accuracy"]
@@ -73,7 +80,18 @@ def assert_outputs(out: pathlib.Path, metric: str, epochs: int = 1) -> dict:
         rows = list(csv.DictReader(handle))
     assert len(rows) == epochs and math.isfinite(float(rows[-1][metric]))
     assert list((out / "logs").rglob("events.out.tfevents.*")), "no TensorBoard logs"
+    assert_saved_model(out, metrics)
     return metrics
+
+
+def assert_saved_model(out: pathlib.Path, metrics: dict) -> keras.Model:
+    """model.keras beside metrics.json loads and predicts on inputs of the recorded shape."""
+    assert metrics["model"]["file"] == "model.keras"
+    model = keras.saving.load_model(out / "model.keras")
+    (spec,) = metrics["model"]["inputs"]
+    x = np.zeros([2, *spec["shape"][1:]], spec["dtype"])
+    assert np.isfinite(model.predict(x, verbose=0)).all()
+    return model
 
 
 @pytest.mark.parametrize(
@@ -108,6 +126,7 @@ def test_minibatch_sgd_compares_batch_sizes(tmp_path):
         with Image.open(tmp_path / name) as image:
             assert image.size[0] > 500
     assert minibatch_sgd.scaled_rate(0.1, 1024, 256, "sqrt") == pytest.approx(0.2)
+    assert_saved_model(tmp_path, metrics)  # the best batch size's model
 
 
 def fail_tfds(*args, **kwargs):
@@ -162,6 +181,25 @@ def test_help_explains_the_core_flags(recipe, capsys):
     text = capsys.readouterr().out
     for flag in CORE_FLAGS:
         assert flag in text, flag
+    assert_every_default_shown(text)
+
+
+def assert_every_default_shown(text: str) -> None:
+    """Each option's entry in `--help` (but -h itself) ends with its default."""
+    options = text.split("options:", 1)[1]
+    entries = re.split(r"\n(?=  -)", options.strip("\n"))
+    assert len(entries) > 5
+    for entry in entries:
+        if not entry.lstrip().startswith("-h"):
+            assert "(default: " in " ".join(entry.split()), entry  # lines wrap anywhere
+
+
+def test_ray_recipe_help_shows_every_default(capsys):
+    import ray_train  # the Ray import is inside main: --help needs no Ray
+
+    with pytest.raises(SystemExit):
+        ray_train.parse(["--help"])
+    assert_every_default_shown(capsys.readouterr().out)
 
 
 def test_tune_batch_size_flag(tmp_path, capsys):
@@ -399,3 +437,5 @@ def test_multi_worker_recipe_under_launch_ends_with_identical_weights(tmp_path):
     assert metrics["settings"]["strategy"] == "CollectiveAllReduceStrategy"
     assert metrics["settings"]["replicas"] == 2
     assert math.isfinite(metrics["final"]["test_loss"])
+    assert_saved_model(out, metrics)  # written by the chief only
+    assert not list(out.glob("*.partial.keras"))

@@ -2,8 +2,9 @@
 
 The public API lives here; names not exported from this module are private.
 Submodules load on first use. `import tfaccel` registers tfaccel's Keras layers and
-models (so `keras.saving.load_model` finds them) — except inside the `tfaccel` command,
-which answers `--help` without importing TensorFlow.
+models (so `keras.saving.load_model` finds them) — except inside the `tfaccel` command
+(or `python -m tfaccel`), which answers `--help` and launches workers without importing
+TensorFlow.
 """
 
 from __future__ import annotations
@@ -106,8 +107,11 @@ def __dir__() -> list[str]:
 
 
 def _is_command_line() -> bool:
-    """True in the `tfaccel` console command (not in `python -m tfaccel` or a script)."""
-    return bool(_sys.argv) and _os.path.basename(_sys.argv[0]) == "tfaccel"
+    """True in the `tfaccel` command: the console script or `python -m tfaccel` (not a script)."""
+    if _sys.argv and _os.path.basename(_sys.argv[0]) == "tfaccel":
+        return True
+    argv = list(getattr(_sys, "orig_argv", ()))
+    return "-m" in argv and argv[argv.index("-m") + 1 :][:1] == ["tfaccel"]
 
 
 if not _is_command_line():

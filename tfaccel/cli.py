@@ -71,7 +71,12 @@ def _launch(args: argparse.Namespace) -> int:
         return 2
     try:
         launch.check_arguments(
-            command, args.workers, args.cpus_per_worker, args.timeout, args.startup_timeout
+            command,
+            args.workers,
+            args.cpus_per_worker,
+            args.timeout,
+            args.startup_timeout,
+            args.max_restarts,
         )
     except ValueError as error:
         print(f"tfaccel launch: {error}", file=sys.stderr)
@@ -85,6 +90,7 @@ def _launch(args: argparse.Namespace) -> int:
         cpus_per_worker=args.cpus_per_worker,
         timeout_s=args.timeout,
         startup_timeout_s=args.startup_timeout,
+        max_restarts=args.max_restarts,
     )
 
 
@@ -124,7 +130,8 @@ def build_parser() -> argparse.ArgumentParser:
         "launch",
         help="run a multi-worker job as N local processes",
         description="Runs COMMAND as N local workers, each with its TF_CONFIG (worker 0 is "
-        "the chief). Exits non-zero as soon as one worker fails.",
+        "the chief). Exits non-zero as soon as one worker fails, or, with --max-restarts, "
+        "restarts all workers (a Trainer with a checkpoint_dir resumes).",
     )
     launch.add_argument("--workers", type=int, required=True, help="number of workers (>= 1)")
     launch.add_argument("--cpus-per-worker", type=int, help="pin each worker to K cores")
@@ -136,6 +143,15 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="S",
         help="once one worker's TensorFlow server is up, stop the job if another has not "
         "started its own within S seconds (default 120)",
+    )
+    launch.add_argument(
+        "--max-restarts",
+        type=int,
+        default=0,
+        metavar="N",
+        help="after a worker fails (non-zero exit or a signal), stop all and start them all "
+        "again, at most N times; not after a clean exit, a usage error (exit status 2, 126, "
+        "127) or a timeout (default 0)",
     )
     launch.add_argument("command_args", nargs=argparse.REMAINDER, metavar="-- COMMAND ...")
     launch.set_defaults(handler=_launch)

@@ -22,6 +22,8 @@ from typing import Any
 
 import tensorflow as tf
 
+from tfaccel import shared_strategy
+
 STRATEGY_KINDS = ("auto", "default", "one_device", "mirrored", "multi_worker")
 COLLECTIVE_TIMEOUT_S = 300.0
 
@@ -361,6 +363,13 @@ def strategy(
     `SlurmClusterResolver` (see `tfaccel.cluster`); else several GPUs (or several
     named `devices`) → `MirroredStrategy`; else the default strategy.
 
+    One strategy per request in a process: a second call for the same kind and devices
+    (and the same `cross_device_ops`, or, multi-worker, the same cluster and timeout)
+    returns the strategy the first call made, so a hand-written loop and a Trainer
+    share it. Two strategies with collective all-reduce over the same devices break
+    each other's steps ("Shape mismatch in the collective instance"); ask for other
+    devices, or pass another `cross_device_ops` object, to get a new one.
+
     Args:
         kind: one of auto, default, one_device, mirrored, multi_worker.
         devices: device names for one_device / mirrored (e.g. `["/cpu:0", "/cpu:1"]`).
@@ -401,6 +410,11 @@ def strategy(
     if kind == "default":
         return tf.distribute.get_strategy()
     if kind == "multi_worker":
+        key = ("multi_worker", info.source, info.task_type, info.task_index, info.addresses)
+        key += (json.dumps(tf_config, sort_keys=True), collective_timeout_s)
+        made = shared_strategy.cached(key)
+        if made is not None:
+            return made
         if info.source == "none" and tf_config is None:
             raise DeviceConfigError(
                 'strategy("multi_worker") found no cluster: TF_CONFIG is unset and this is '
@@ -419,12 +433,21 @@ def strategy(
         if tf_config and info.source != "Slurm":
             task = tf_config["task"]
             _served_ports.add(tf_config["cluster"][task["type"]][task["index"]])
-        return made
+        return shared_strategy.keep(key, made)
     names = _check_devices(devices) if devices is not None else _default_devices()
     if kind == "one_device":
-        return tf.distribute.OneDeviceStrategy(names[0])
+        key = ("one_device", names[0])
+    else:  # the same cross-device ops: "auto", None (TensorFlow's choice) or the same object
+        ops_key = cross_device_ops if cross_device_ops in ("auto", None) else id(cross_device_ops)
+        key = ("mirrored", tuple(names), ops_key)
+    made = shared_strategy.cached(key)
+    if made is not None:
+        return made
+    if kind == "one_device":
+        return shared_strategy.keep(key, tf.distribute.OneDeviceStrategy(names[0]))
     ops = _cross_device_ops(names) if cross_device_ops == "auto" else cross_device_ops
-    return tf.distribute.MirroredStrategy(devices=names, cross_device_ops=ops)
+    made = tf.distribute.MirroredStrategy(devices=names, cross_device_ops=ops)
+    return shared_strategy.keep(key, made)
 
 
 def _check_own_port(tf_config: dict | None) -> None:

@@ -11,6 +11,15 @@ leaving the others waiting for ever. This is the way to try a multi-worker scrip
 on one machine before a cluster:
 
     tfaccel launch --workers 2 -- python recipes/digits.py
+
+With `max_restarts=N` (`--max-restarts N`), a failed worker — a non-zero exit status
+or a signal — stops all workers and starts them all again, N times at most; a script
+whose Trainer has a `checkpoint_dir` resumes from its last checkpoint. A clean exit
+(every worker 0), a usage error (`USAGE_STATUSES`: 2 as argparse and the recipes exit
+on bad arguments, 126 a command that cannot run, 127 one not found), the launcher's
+own timeouts (124) and Ctrl-C / SIGTERM to the launcher are never restarted. Each
+restart is announced on stderr; after the last one the launcher exits with the last
+failure's status. Output: see `launch_output` (gRPC lines of a normal shutdown hidden).
 """
 
 from __future__ import annotations
@@ -25,10 +34,15 @@ import threading
 import time
 
 from tfaccel import strict_json
+from tfaccel.launch_output import Relay
 
 TIMEOUT_STATUS = 124
 NOT_FOUND_STATUS = 127
+# Worker exit statuses that mean "the command line is wrong": restarting cannot help.
+USAGE_STATUSES = (2, 126, NOT_FOUND_STATUS)
 GRACE_S = 10.0
+# Before a restart, survivors cannot finish a step or a save without the dead worker.
+RESTART_GRACE_S = 3.0
 STARTUP_TIMEOUT_S = 120.0
 _PORT_POLL_S = 0.5
 
@@ -64,19 +78,12 @@ def worker_cores(index: int, cpus_per_worker: int | None) -> set[int] | None:
     return {cores[(start + j) % len(cores)] for j in range(cpus_per_worker)}
 
 
-def _stream(process: subprocess.Popen, index: int, out, lock: threading.Lock) -> None:
-    for line in iter(process.stdout.readline, b""):
-        with lock:
-            out.write(f"[worker {index}] {line.decode(errors='replace')}")
-            out.flush()
-
-
-def _terminate(processes: list[subprocess.Popen]) -> None:
+def _terminate(processes: list[subprocess.Popen], grace_s: float = GRACE_S) -> None:
     """SIGTERM every live worker's process group, then SIGKILL after a grace period."""
     for process in processes:
         if process.poll() is None:
             _signal_group(process, signal.SIGTERM)
-    deadline = time.monotonic() + GRACE_S
+    deadline = time.monotonic() + grace_s
     for process in processes:
         try:
             process.wait(max(0.0, deadline - time.monotonic()))
@@ -123,6 +130,7 @@ def check_arguments(
     cpus_per_worker: int | None,
     timeout_s: float | None,
     startup_timeout_s: float | None,
+    max_restarts: int = 0,
 ) -> None:
     """Raises ValueError / FileNotFoundError for arguments `launch` cannot run."""
     if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
@@ -142,6 +150,11 @@ def check_arguments(
                 f"{flag} must be a number of seconds > 0, got {value!r}; leave it out for "
                 "the default."
             )
+    if isinstance(max_restarts, bool) or not isinstance(max_restarts, int) or max_restarts < 0:
+        raise ValueError(
+            f"--max-restarts must be an integer >= 0 (how many times to restart all workers "
+            f"after a failure), got {max_restarts!r}."
+        )
     if not command:
         raise ValueError("No command to launch: put it after `--`, e.g. -- python train.py")
     program = command[0]
@@ -165,7 +178,9 @@ def launch(
     cpus_per_worker: int | None = None,
     timeout_s: float | None = None,
     startup_timeout_s: float | None = STARTUP_TIMEOUT_S,
+    max_restarts: int = 0,
     out=None,
+    err=None,
 ) -> int:
     """Runs `command` as `workers` local processes; returns the job's exit status.
 
@@ -174,22 +189,57 @@ def launch(
         workers: how many worker processes (>= 1).
         cpus_per_worker: pin each worker to this many cores (and size TensorFlow's
             thread pools to match).
-        timeout_s: terminate everything after this many seconds (status 124).
+        timeout_s: terminate everything after this many seconds (status 124),
+            restarts included.
         startup_timeout_s: once one worker's TensorFlow server listens, how long
             the others may take to start theirs before the job is stopped
             (status 124, naming the missing workers); None waits for ever.
+        max_restarts: after a worker fails, restart all workers up to this many
+            times (see the module docstring for what counts as a failure).
         out: where prefixed output goes (default stdout).
+        err: where restarts are announced (default stderr).
 
     Raises:
-        ValueError: `workers` < 1, `cpus_per_worker` < 1, a timeout <= 0, or an
-            empty command.
+        ValueError: `workers` < 1, `cpus_per_worker` < 1, a timeout <= 0,
+            `max_restarts` < 0, or an empty command.
         FileNotFoundError: the command's program does not exist.
     """
-    check_arguments(command, workers, cpus_per_worker, timeout_s, startup_timeout_s)
-    out = out or sys.stdout
+    check_arguments(command, workers, cpus_per_worker, timeout_s, startup_timeout_s, max_restarts)
+    out, err = out or sys.stdout, err or sys.stderr
+    deadline = None if timeout_s is None else time.monotonic() + timeout_s
+    restarts = 0
+    while True:
+        result = _run_once(
+            command, workers, cpus_per_worker, (deadline, timeout_s), startup_timeout_s, out
+        )
+        if result.status == 0 or not result.restartable:
+            return result.status
+        if restarts == max_restarts:
+            if max_restarts:
+                err.write(
+                    f"[launch] {result.what}; giving up after {max_restarts} restart(s), "
+                    f"exit status {result.status}\n"
+                )
+                err.flush()
+            return result.status
+        restarts += 1
+        err.write(
+            f"[launch] {result.what}; restarting all workers ({restarts} of {max_restarts})\n"
+        )
+        err.flush()
+
+
+class _Result:
+    """How one start of the workers ended."""
+
+    def __init__(self, status: int, what: str = "", restartable: bool = False):
+        self.status, self.what, self.restartable = status, what, restartable
+
+
+def _run_once(command, workers, cpus_per_worker, timeout, startup_timeout_s, out) -> _Result:
+    """Starts the workers once and supervises them; `timeout` is (deadline, seconds)."""
     ports = free_ports(workers)
-    lock = threading.Lock()
-    processes, readers = [], []
+    relay = Relay(out)
     for index in range(workers):
         env = dict(os.environ, TF_CONFIG=tf_config(ports, index), PYTHONUNBUFFERED="1")
         cores = worker_cores(index, cpus_per_worker)
@@ -204,12 +254,14 @@ def launch(
             start_new_session=True,
             preexec_fn=(lambda c=cores: os.sched_setaffinity(0, c)) if cores else None,
         )
-        processes.append(process)
-        reader = threading.Thread(target=_stream, args=(process, index, out, lock), daemon=True)
-        reader.start()
-        readers.append(reader)
+        relay.follow(process, index)
     startup = _StartupWatch(ports, startup_timeout_s) if workers > 1 else None
-    return _supervise(processes, readers, timeout_s, out, startup)
+    result = _Result(TIMEOUT_STATUS)
+    try:
+        result = _supervise(relay, timeout, startup)
+    finally:
+        relay.finish(succeeded=result.status == 0)
+    return result
 
 
 class _StartupWatch:
@@ -244,7 +296,9 @@ class _StartupWatch:
         ]
 
 
-def _supervise(processes, readers, timeout_s, out, startup=None) -> int:
+def _supervise(relay: Relay, timeout: tuple, startup=None) -> _Result:
+    processes = relay.processes
+    deadline, timeout_s = timeout
     received = []
 
     def forward(signum, frame):
@@ -256,27 +310,31 @@ def _supervise(processes, readers, timeout_s, out, startup=None) -> int:
     previous = {}
     if threading.current_thread() is threading.main_thread():
         previous = {s: signal.signal(s, forward) for s in (signal.SIGINT, signal.SIGTERM)}
-    deadline = None if timeout_s is None else time.monotonic() + timeout_s
     try:
         while True:
             statuses = [p.poll() for p in processes]
             failed = [(i, s) for i, s in enumerate(statuses) if s not in (None, 0)]
             if failed:
                 index, status = failed[0]
-                out.write(f"[launch] worker {index} exited with status {status}; stopping all\n")
-                _terminate(processes)
-                return status if status > 0 else 128 - status
+                relay.write(f"[launch] worker {index} exited with status {status}; stopping all\n")
+                restartable = not received and status not in USAGE_STATUSES
+                _terminate(processes, RESTART_GRACE_S if restartable else GRACE_S)
+                if status < 0:
+                    what = f"worker {index} died (signal {-status})"
+                else:
+                    what = f"worker {index} failed (exit status {status})"
+                return _Result(status if status > 0 else 128 - status, what, restartable)
             if all(s == 0 for s in statuses):
-                return 0
+                return _Result(0)
             if deadline is not None and time.monotonic() > deadline:
-                out.write(f"[launch] timed out after {timeout_s:g} s; stopping all workers\n")
+                relay.write(f"[launch] timed out after {timeout_s:g} s; stopping all workers\n")
                 _terminate(processes)
-                return TIMEOUT_STATUS
+                return _Result(TIMEOUT_STATUS)
             missing = startup.missing(processes) if startup is not None else []
             if missing:
                 names = ", ".join(f"worker {i} (127.0.0.1:{startup.ports[i]})" for i in missing)
                 ready = ", ".join(str(i) for i in sorted(startup.started))
-                out.write(
+                relay.write(
                     f"[launch] {names} did not start its TensorFlow server within "
                     f"{startup.timeout_s:g} s of worker(s) {ready}, which wait for it; "
                     "stopping all workers. Check that every worker reaches "
@@ -284,10 +342,8 @@ def _supervise(processes, readers, timeout_s, out, startup=None) -> int:
                     "set-up is slow).\n"
                 )
                 _terminate(processes)
-                return TIMEOUT_STATUS
+                return _Result(TIMEOUT_STATUS)
             time.sleep(0.1)
     finally:
-        for reader in readers:
-            reader.join(timeout=5)
         for sig, handler in previous.items():
             signal.signal(sig, handler)

@@ -95,6 +95,7 @@ def main():
     parser.add_argument("--out", required=True)
     parser.add_argument("--epochs", type=int, default=3)
     parser.add_argument("--kill-at", type=int)
+    parser.add_argument("--kill-worker", type=int, help="multi-worker: only this task kills")
     parser.add_argument("--term-at", type=int)
     parser.add_argument("--augment", action="store_true")
     parser.add_argument("--distributed-iterator", action="store_true")
@@ -114,7 +115,9 @@ def main():
     tf.config.experimental.enable_op_determinism()
     strategy = tfaccel.devices.strategy("auto")
     callbacks = []
-    if args.kill_at:
+    config = tfaccel.devices.read_tf_config()
+    index = None if config is None else config["task"]["index"]
+    if args.kill_at and args.kill_worker in (None, index):
         callbacks.append(SelfSignal(args.kill_at, signal.SIGKILL, args.out + ".killed"))
     if args.term_at:
         callbacks.append(SelfSignal(args.term_at, signal.SIGTERM, args.out + ".termed"))
@@ -135,8 +138,7 @@ def main():
         verbose=0,
     )
     counter = trainer.model.get_layer("counter")
-    config = tfaccel.devices.read_tf_config()
-    out = args.out if config is None else f"{args.out}.worker{config['task']['index']}.npz"
+    out = args.out if config is None else f"{args.out}.worker{index}.npz"
     np.savez(
         out,
         *trainer.model.get_weights(),

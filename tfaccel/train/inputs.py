@@ -175,8 +175,8 @@ def distribute(strategy: tf.distribute.Strategy, data, endless: bool = False):
     """Returns the distributed dataset to iterate under `strategy`: for an `endless`
     (repeated) dataset function on a multi-worker CPU cluster with one replica per
     worker, this worker's own dataset (see `local_shard`)."""
-    if is_dataset_fn(data) and endless:
-        local = local_shard(strategy, data)
+    if is_dataset_fn(data):
+        local = local_shard(strategy, data) if endless else None
         if local is not None:
             return local
         return strategy.distribute_datasets_from_function(data)

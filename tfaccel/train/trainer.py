@@ -15,7 +15,7 @@ import logging
 import keras
 import tensorflow as tf
 
-from tfaccel import cluster, precision
+from tfaccel import cluster, precision, shared_strategy
 from tfaccel.data.label_contract import check as check_labels
 from tfaccel.train import (
     accumulation,
@@ -24,6 +24,7 @@ from tfaccel.train import (
     compiled,
     inputs,
     remainder,
+    saving,
     settings,
 )
 from tfaccel.train.fit_loop import FitLoop
@@ -88,6 +89,7 @@ class Trainer:
         accumulate_steps=1,
     ):
         self.strategy = strategy or arguments.default_strategy()
+        shared_strategy.check_alone(self.strategy)  # one collective strategy per device
         self.steps_per_loop = settings.resolve_steps_per_loop(steps_per_loop)
         self.accumulate_steps = accumulation.resolve_accumulate_steps(accumulate_steps)
         with self.strategy.scope():
@@ -467,6 +469,34 @@ class Trainer:
         data = array_inputs.evaluation_data(x, batch_size, self.strategy, y, sample_weight)
         self._prepare(data, steps, "evaluation")
         return self.evaluate_distributed(inputs.distribute(self.strategy, data), steps)
+
+    def save(self, filepath) -> str:
+        """Saves the model as a `.keras` file (architecture and weights, not compiled).
+
+        Load it with `keras.saving.load_model(filepath)` after `import tfaccel` (which
+        registers tfaccel's layers), or `tfaccel.parallel.load_model` for a
+        `PipelineModel`. Under multi-worker, call it on every worker: the chief writes
+        `filepath`, the others a temporary copy they delete. Variables each replica
+        keeps for itself (BatchNormalization's moving statistics) are saved as the
+        chief's first replica holds them (`callbacks.SyncMovingStatistics` makes them
+        equal). Returns `filepath`.
+
+        Raises:
+            ValueError: a path not ending in `.keras`, a directory, or a model not built.
+        """
+        return saving.save(self.model, filepath, self.strategy)
+
+    def export(self, dirpath, **kwargs) -> str:
+        """Exports a SavedModel for serving (`model.export`; `kwargs` are its arguments).
+
+        Load it with `tf.saved_model.load(dirpath).serve(x)` (or TF Serving). Under
+        multi-worker, call it on every worker; only the chief writes `dirpath`.
+        Returns `dirpath`.
+
+        Raises:
+            ValueError: `dirpath` is a file, or the model is not built.
+        """
+        return saving.export(self.model, dirpath, self.strategy, **kwargs)
 
 
 def _steps_text(steps: int | None, accumulate_steps: int):
