@@ -106,6 +106,7 @@ def scripted_search(**kwargs):
         mode="power",
         steps=3,
         clock=clock,
+        noise_scale=False,  # the throughput knee and the data alone
         **kwargs,
     )
     assert clock.calls == 4 * len(RATES)
