@@ -153,7 +153,7 @@ def train(job: dict, batch: int, learning_rate: float) -> dict:
         .prefetch(tf.data.AUTOTUNE)
     )
     curve = _Curve(max(1, steps // EVALS_PER_EPOCH), job["held_out"])
-    model.fit(data, epochs=job["epochs"], callbacks=[curve], verbose=0)
+    model.fit(data, epochs=job["epochs"], callbacks=[curve], shuffle=False, verbose=0)
     return {
         "batch_size": batch,
         "learning_rate": learning_rate,

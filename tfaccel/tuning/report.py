@@ -62,8 +62,8 @@ class BatchSizeReport:
 
     Attributes:
         max_batch_size: the largest global batch that ran.
-        best_batch_size: the throughput knee: the smallest batch within `knee` of the
-            highest examples/s.
+        best_batch_size: the smallest of `limits`: the throughput knee (the smallest batch
+            within `knee` of the highest examples/s), the noise scale, the steps per epoch.
         rows: one `ProbeRow` per candidate, in the order they were tried.
         mode: "power" or "binsearch".
         knee: the tolerance used for `best_batch_size`.

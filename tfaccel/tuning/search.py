@@ -1,4 +1,4 @@
-"""`find_batch_size`: the largest batch that fits and the batch where throughput stops growing.
+"""`find_batch_size`: the largest batch that fits, the throughput knee, the noise scale.
 
 Example:
     >>> report = tfaccel.tuning.find_batch_size(                      # doctest: +SKIP
@@ -197,7 +197,8 @@ def find_batch_size(
     job_examples: int | None = None,
     clock: Callable[[], float] = time.perf_counter,
 ) -> BatchSizeReport:
-    """Finds the largest global batch that fits and the batch where throughput stops growing.
+    """Finds the best global batch: the largest that fits, at or below the throughput knee
+    and the gradient noise scale, leaving `min_steps_per_epoch` steps an epoch.
 
     Each candidate gets a fresh model from `build_model` (memory is released between
     probes), one warm-up step and `steps` timed training steps on `data` batched to
