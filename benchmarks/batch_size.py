@@ -187,7 +187,9 @@ def main(argv=None) -> dict:
     )
     stem = "batch_size.quick" if args.quick else "batch_size"
     RESULTS.mkdir(parents=True, exist_ok=True)
-    batch_size_jobs.plot(jobs, RESULTS / f"{stem}_jobs.png")
+    batch_size_jobs.plot(
+        jobs, RESULTS / f"{stem}.jobs.png" if args.quick else RESULTS / "batch_size_jobs.png"
+    )
     (RESULTS / f"{stem}.json").write_text(strict_json.dumps(results, indent=2))
     report.plot(RESULTS / f"{stem}.png")
     summary = {k: v for k, v in results.items() if k not in ("report", "jobs")}
