@@ -1,20 +1,29 @@
-"""Batch-size search: how good is `find_batch_size`'s choice, and what does it cost?
+"""Batch-size search: how good is `find_batch_size`'s choice, what does it cost, does it pay?
 
-ResNet-small on 32×32 inputs (as in `trainer_vs_fit.py`), all in one process:
+Part 1, the throughput knee — ResNet-small on 32×32 inputs (as in `trainer_vs_fit.py`),
+all in one process:
 1. after a short process warm-up, `tfaccel.tuning.find_batch_size` (binsearch, limit
-   1024) → `best_batch_size`, timed;
-2. an exhaustive sweep over powers of two from 8 to 1024 plus `best_batch_size`, one
-   model per batch, alternating batch sizes round by round after a warm-up, each
-   timed from the end of its first step to the end of its last (host sync on the loss).
+   1024, noise scale off: this part measures the knee alone) → its knee, timed;
+2. an exhaustive sweep over powers of two from 8 to 1024 plus the knee, one model per
+   batch, alternating batch sizes round by round after a warm-up, each timed from the
+   end of its first step to the end of its last (host sync on the loss).
+Reports: quality — examples/s at the knee ÷ the sweep's highest (target ≥ 0.95); cost —
+the search's seconds ÷ one 50,000-example epoch at the knee (target ≤ 0.5); speed-up —
+examples/s at the knee ÷ at Keras' default batch 32.
 
-Reports, as JSON in `benchmarks/results/batch_size.json` (plot: `batch_size.png`):
-- quality: examples/s at `best_batch_size` ÷ the sweep's highest examples/s (target ≥ 0.95);
-- cost: the search's seconds ÷ the seconds of one 50,000-example epoch at
-  `best_batch_size` (target ≤ 0.5);
-- speed-up: examples/s at `best_batch_size` ÷ examples/s at Keras' default batch 32.
+Part 2, whole jobs (`batch_size_jobs.py`): digits (the `make run` job, recipes/digits.py's
+data and model) and a synthetic CIFAR-shaped job (50,000 examples × 10 epochs, a small
+CNN), each trained at its default batch and at the tuned one (noise scale on, probe
+bounded by 10 % of the job, learning rate by the optimizer's rule). Reports the held-out
+accuracy of both (target: tuned ≥ default − 0.01), the time to reach the default run's
+final accuracy (tuned ÷ default; targets < 1 on the CIFAR-shaped job, ≤ 1.1 on digits),
+the probe's seconds ÷ the tuned training seconds (target ≤ 0.10), and whether the job
+was left at its batch (too small for a probe to pay).
 
+Writes `benchmarks/results/batch_size.json`, `batch_size.png` (part 1's search) and
+`batch_size_jobs.png` (part 2: accuracy against training seconds, both runs, per job).
 Run: `python benchmarks/batch_size.py [--quick]`. `--quick` checks that the script works
-(a small CNN, batches 8–64, few steps; about a minute) and writes `batch_size.quick.*`.
+(a small CNN, batches 8–64, few steps, tiny jobs) and writes `batch_size.quick.*`.
 """
 
 from __future__ import annotations
@@ -25,6 +34,7 @@ import pathlib
 import statistics
 import time
 
+import batch_size_jobs  # benchmarks/batch_size_jobs.py
 import keras
 import numpy as np
 import tensorflow as tf
@@ -83,7 +93,9 @@ def contender(build, batch: int, x, y):
 
     def run(steps: int) -> float:
         timer = _StepTimes()
-        model.fit(data, epochs=1, steps_per_epoch=steps + 1, callbacks=[timer], verbose=0)
+        model.fit(
+            data, epochs=1, steps_per_epoch=steps + 1, callbacks=[timer], shuffle=False, verbose=0
+        )
         return batch * steps / (timer.end - timer.start)
 
     return run
@@ -126,6 +138,8 @@ def main(argv=None) -> dict:
         start=8,
         limit=limit,
         steps=2 if args.quick else 5,
+        noise_scale=False,  # part 1 measures the throughput knee alone,
+        min_steps_per_epoch=1,  # on a stand-in for a 50,000-example epoch
     )
     probe_seconds = time.perf_counter() - began
     print(report.table())
@@ -155,11 +169,35 @@ def main(argv=None) -> dict:
         "quality >= 0.95": results["quality_best_over_sweep_peak"] >= 0.95,
         "cost <= 0.5": results["cost_probe_over_epoch"] <= 0.5,
     }
+    tfaccel.tuning.release_memory()
+    jobs = {}
+    for make in (batch_size_jobs.digits_job, batch_size_jobs.cifar_job):
+        job = make(args.quick)
+        jobs[job["name"]] = batch_size_jobs.run_job(job)
+        tfaccel.tuning.release_memory()
+    results["jobs"] = jobs
+    for name, job in jobs.items():
+        ratio, limit = job["time_to_default_accuracy_ratio"], 1.1 if name == "digits" else 1.0
+        key = f"{name}: time to accuracy {'<=' if name == 'digits' else '<'} {limit}"
+        job["targets"][key] = ratio is not None and (
+            ratio <= limit if name == "digits" else ratio < limit
+        )
+    results["targets"].update(
+        {f"{name} | {k}": v for name, job in jobs.items() for k, v in job["targets"].items()}
+    )
     stem = "batch_size.quick" if args.quick else "batch_size"
     RESULTS.mkdir(parents=True, exist_ok=True)
+    batch_size_jobs.plot(
+        jobs, RESULTS / f"{stem}.jobs.png" if args.quick else RESULTS / "batch_size_jobs.png"
+    )
     (RESULTS / f"{stem}.json").write_text(strict_json.dumps(results, indent=2))
     report.plot(RESULTS / f"{stem}.png")
-    print(strict_json.dumps({k: v for k, v in results.items() if k != "report"}, indent=2))
+    summary = {k: v for k, v in results.items() if k not in ("report", "jobs")}
+    summary["jobs"] = {
+        name: {k: v for k, v in job.items() if k not in ("report", "default", "tuned")}
+        for name, job in jobs.items()
+    }
+    print(strict_json.dumps(summary, indent=2))
     return results
 
 

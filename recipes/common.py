@@ -321,9 +321,10 @@ def tune_batch_size(
     job = args.epochs * examples if examples > 0 and args.epochs > 0 and not args.smoke else None
     if job:
         print(
-            f"--tune-batch-size: probing for at most {tuning.search.PROBE_SHARE:.0%} of a job of "
+            f"--tune-batch-size: probing for at most {tuning.budget.PROBE_SHARE:.0%} of a job of "
             f"{job:,} examples ({args.epochs} epochs x {examples:,}), once the first batch "
-            "is timed; batches keep at least 20 steps an epoch"
+            "is timed (half for the candidates, half for the gradient noise scale); batches "
+            "keep at least 20 steps an epoch"
         )
     report = tuning.find_batch_size(
         build_model,
@@ -341,26 +342,25 @@ def tune_batch_size(
     keras.utils.set_random_seed(args.seed)
     print(report.table())
     report.plot(str(run.out / "batch_size.png"))
-    if report.capped_by == "time":
+    choice = tuning.recommend(
+        report,
+        batch_size=args.batch_size,
+        learning_rate=args.learning_rate,
+        optimizer=optimizer,
+        replicas=run.replicas,
+    )
+    if choice.kept:
         print(
-            f"--tune-batch-size: the job is too small for a probe to pay for itself (its time "
-            f"budget ran out at batch {report.max_batch_size}); training at batch "
-            f"{args.batch_size} and learning rate {args.learning_rate:.4g}, as given"
+            f"--tune-batch-size: {choice.reason}; training at batch {args.batch_size} and "
+            f"learning rate {args.learning_rate:.4g}, as given"
         )
         return
-    best = max(run.replicas, report.best_batch_size // run.replicas * run.replicas)
-    rule = tuning.rule_for(optimizer)  # sqrt for Adam and kin, linear for SGD
-    scaled = tuning.scaled_learning_rate(
-        best,
-        base_batch_size=args.batch_size,
-        base_learning_rate=args.learning_rate,
-        lr_scaling=rule,
-    )
     print(
-        f"--tune-batch-size: training with batch {best} (was {args.batch_size}) and learning "
-        f"rate {scaled:.4g} (was {args.learning_rate:.4g}, {rule} rule for {optimizer})"
+        f"--tune-batch-size: training with batch {choice.batch_size} (was {args.batch_size}) "
+        f"and learning rate {choice.learning_rate:.4g} (was {args.learning_rate:.4g}, "
+        f"{choice.rule} rule for {optimizer}): {choice.reason}"
     )
-    args.batch_size, args.learning_rate = best, scaled
+    args.batch_size, args.learning_rate = choice.batch_size, choice.learning_rate
 
 
 def train_classifier(

@@ -63,10 +63,12 @@ def test_find_batch_size_keeps_the_best_batch_at_or_below_the_noise_scale():
         return fresh
 
     report = tuning.find_batch_size(
-        build, data, loss="mse", start=8, limit=512, mode="power", steps=2, noise_scale=True
+        build, data, loss="mse", start=8, limit=512, mode="power", steps=2, noise_warmup=0
     )
     assert report.noise_scale == pytest.approx(exact, rel=0.5)
     assert report.decided_by == "noise scale" and report.best_batch_size == 8
     assert "B_simple" in report.table() and "best (noise scale)" in report.table()
-    without = tuning.find_batch_size(build, data, loss="mse", start=8, limit=512, steps=2)
+    without = tuning.find_batch_size(
+        build, data, loss="mse", start=8, limit=512, steps=2, noise_scale=False
+    )
     assert without.noise_scale is None and without.decided_by == "throughput knee"

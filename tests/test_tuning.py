@@ -106,6 +106,7 @@ def scripted_search(**kwargs):
         mode="power",
         steps=3,
         clock=clock,
+        noise_scale=False,  # the throughput knee and the data alone
         **kwargs,
     )
     assert clock.calls == 4 * len(RATES)
@@ -236,6 +237,7 @@ def test_xla_out_of_memory_is_recognised():
         ({"knee": 1.5}, "knee must be a fraction"),
         ({"effective_batch_size": 0}, "effective_batch_size must be an integer >= 1"),
         ({"effective_batch_size": 64.0}, "effective_batch_size must be an integer >= 1"),
+        ({"noise_warmup": -1}, "noise_warmup must be an integer >= 0"),
     ],
 )
 def test_bad_search_arguments(kwargs, words):

@@ -206,6 +206,7 @@ class BatchSizeHyperModel(keras_tuner.HyperModel):
             kwargs = {
                 "limit": inputs.count_examples(dataset),
                 "mode": "power",
+                "noise_scale": False,  # only the largest fit is used here
                 "loss": loss,
                 **self.probe_kwargs,
             }

@@ -25,6 +25,8 @@ class ProbeRow:
             budget was spent before it, not tried).
         predicted_memory_mb: the memory predicted before running it, when there was a prediction.
         error: the out-of-memory message, shortened ("" otherwise).
+        seconds: the candidate's wall time, its model's build and compile included (None
+            when it did not run).
     """
 
     batch_size: int
@@ -34,6 +36,7 @@ class ProbeRow:
     reason: str
     predicted_memory_mb: float | None = None
     error: str = ""
+    seconds: float | None = None
 
     def __getitem__(self, key: str):
         if key not in self.to_dict():
@@ -59,8 +62,8 @@ class BatchSizeReport:
 
     Attributes:
         max_batch_size: the largest global batch that ran.
-        best_batch_size: the throughput knee: the smallest batch within `knee` of the
-            highest examples/s.
+        best_batch_size: the smallest of `limits`: the throughput knee (the smallest batch
+            within `knee` of the highest examples/s), the noise scale, the steps per epoch.
         rows: one `ProbeRow` per candidate, in the order they were tried.
         mode: "power" or "binsearch".
         knee: the tolerance used for `best_batch_size`.
@@ -73,11 +76,16 @@ class BatchSizeReport:
             "limit" (it exceeded `limit`) or "time" (`budget_s` or the share of the job
             was spent); None for reports from older versions.
         examples: the data's examples, when known or counted.
-        noise_scale: the gradient noise scale B_simple at the initial weights (with
-            `find_batch_size(noise_scale=True)`; None otherwise).
-        decided_by: what set `best_batch_size`: "throughput knee", "noise scale" (the
-            knee was above B_simple: a larger batch would waste examples) or "steps per
-            epoch" (the knee left fewer than `min_steps_per_epoch` steps an epoch).
+        noise_scale: the gradient noise scale B_simple after the warm-up (inf: the
+            gradient is lost in the noise, no bound; None: not measured, see
+            `noise_scale_note`).
+        noise_scale_note: how it was measured (the warm-up), or why it was not.
+        limits: the largest batch each limit allows: "memory" (the largest that ran),
+            "throughput knee", "noise scale" (B_simple) and "steps per epoch" (the
+            examples over `min_steps_per_epoch`), those that were measured.
+        decided_by: which of them set `best_batch_size` (the smallest): "throughput
+            knee", "memory" (examples/s still grew at the largest batch that fits),
+            "noise scale" or "steps per epoch".
         accumulate_steps: for it, the fewest batches to accumulate per applied step so
             that each one fits: pass `Trainer(accumulate_steps=...)` with a global batch of
             `effective_batch_size // accumulate_steps` (None without an effective batch).
@@ -97,6 +105,8 @@ class BatchSizeReport:
     examples: int | None = None
     noise_scale: float | None = None
     decided_by: str = "throughput knee"
+    noise_scale_note: str = ""
+    limits: dict = dataclasses.field(default_factory=dict)
 
     @property
     def accumulation_batch_size(self) -> int | None:
@@ -115,6 +125,8 @@ class BatchSizeReport:
         """A JSON-ready dict (no NaN: missing values are None)."""
         data = dataclasses.asdict(self)
         data["rows"] = [row.to_dict() for row in self.rows]
+        data["noise_scale"] = _json_number(self.noise_scale)
+        data["limits"] = {name: _json_number(value) for name, value in self.limits.items()}
         return data
 
     @classmethod
@@ -123,6 +135,8 @@ class BatchSizeReport:
         fields = {f.name for f in dataclasses.fields(cls)}
         values = {k: v for k, v in data.items() if k in fields}
         values["rows"] = [ProbeRow(**row) for row in data["rows"]]
+        values["noise_scale"] = _number(values.get("noise_scale"))
+        values["limits"] = {k: _number(v) for k, v in values.get("limits", {}).items()}
         return cls(**values)
 
     def table(self) -> str:
@@ -157,18 +171,18 @@ class BatchSizeReport:
         ]
         budget = _num(self.memory_budget_mb, 0)
         text.append(
-            f"largest batch that ran: {self.max_batch_size}; best batch (within "
-            f"{self.knee:.0%} of the highest examples/s): {self.best_batch_size}; "
+            f"largest batch that ran: {self.max_batch_size}; throughput knee (within "
+            f"{self.knee:.0%} of the highest examples/s): "
+            f"{self.limits.get('throughput knee', self.best_batch_size)}; "
             f"{self.memory_kind} memory budget {budget} MiB; {self.mode} search in "
             f"{self.probe_seconds:.1f} s"
         )
-        if self.noise_scale is not None:
-            text.append(
-                f"gradient noise scale B_simple ≈ {self.noise_scale:,.0f}: the best batch is "
-                "at most B_simple"
-            )
-        if self.decided_by != "throughput knee":
-            text.append(f"best batch decided by the {self.decided_by}, below the knee")
+        if self.limits:
+            text.append(f"limits: {self.limits_line()}")
+            why = "knee" if self.decided_by == "throughput knee" else self.decided_by
+            text.append(f"best batch {self.best_batch_size}, decided by the {why}")
+        if self.noise_scale_note and self.noise_scale_note != "not asked for":
+            text.append(f"noise scale {self.noise_scale_note}")
         if self.capped_by is not None:
             text.append(f"search capped by {_CAPS[self.capped_by].format(self.examples)}")
         if self.accumulate_steps is not None:
@@ -182,6 +196,19 @@ class BatchSizeReport:
 
     def __str__(self) -> str:
         return self.table()
+
+    def limits_line(self) -> str:
+        """The limits on one line, e.g. `memory <= 1024, throughput knee 256, ...`."""
+        parts = []
+        for name, value in self.limits.items():
+            if name == "noise scale":
+                shown = "not measured" if value is None else f"B_simple ≈ {_batch(value)}"
+                parts.append(f"noise scale {shown}")
+            elif name == "memory":
+                parts.append(f"memory ≤ {value} (largest that ran)")
+            else:
+                parts.append(f"{name} ≤ {_batch(value)}")
+        return "; ".join(parts)
 
     def plot(self, path: str | os.PathLike) -> str:
         """Writes a PNG: examples/s and peak memory against the batch size; returns the path.
@@ -217,7 +244,16 @@ class BatchSizeReport:
         speed.set_xscale("log", base=2)
         speed.set_xlabel("global batch size")
         speed.set_ylabel("examples/s", color="tab:blue")
-        speed.axvline(self.best_batch_size, color="tab:green", linestyle="--", label="best (knee)")
+        why = "knee" if self.decided_by == "throughput knee" else self.decided_by
+        speed.axvline(
+            self.best_batch_size, color="tab:green", linestyle="--", label=f"best ({why})"
+        )
+        if (
+            self.noise_scale is not None
+            and math.isfinite(self.noise_scale)
+            and self.noise_scale > 0
+        ):
+            speed.axvline(self.noise_scale, color="tab:purple", linestyle="-.", label="B_simple")
         speed.axvline(self.max_batch_size, color="tab:red", linestyle=":", label="largest fit")
         memory = speed.twinx()
         memory.plot(
@@ -248,6 +284,19 @@ _CAPS = {
     "limit": "limit: no larger batch was tried",
     "time": "time: the search's time budget was spent, no larger batch was tried",
 }
+
+
+def _batch(value: float) -> str:
+    return "unbounded" if math.isinf(value) else f"{value:,.0f}"
+
+
+def _json_number(value):
+    """inf as the string "inf" (JSON has no infinity; None means not measured)."""
+    return "inf" if isinstance(value, float) and math.isinf(value) else value
+
+
+def _number(value):
+    return math.inf if value == "inf" else value
 
 
 def _num(value: float | None, digits: int) -> str:

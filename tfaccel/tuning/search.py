@@ -1,4 +1,4 @@
-"""`find_batch_size`: the largest batch that fits and the batch where throughput stops growing.
+"""`find_batch_size`: the largest batch that fits, the throughput knee, the noise scale.
 
 Example:
     >>> report = tfaccel.tuning.find_batch_size(                      # doctest: +SKIP
@@ -20,9 +20,9 @@ import keras
 import tensorflow as tf
 
 from tfaccel.callbacks._steps import wait_for
-from tfaccel.tuning import inputs
+from tfaccel.tuning import inputs, noise_probe
+from tfaccel.tuning.budget import TimeLimit
 from tfaccel.tuning.memory import MemoryMeter, predict_mb
-from tfaccel.tuning.noise import gradient_noise_scale
 from tfaccel.tuning.oom import describe_out_of_memory, is_out_of_memory, release_memory
 from tfaccel.tuning.report import BatchSizeReport, ProbeRow, knee_batch_size
 
@@ -126,6 +126,7 @@ class _Search:
             logger.info("batch %d: predicted %.0f MiB > budget, not run", batch_size, predicted)
             return row
         release_memory()
+        began = time.perf_counter()
         data = (
             self.data.take(batch_size)
             .cache()
@@ -167,6 +168,7 @@ class _Search:
                 peak,
                 "budget" if over else "ok",
                 predicted,
+                seconds=time.perf_counter() - began,
             )
         logger.info("batch %d: %s", batch_size, row)
         self.rows.append(row)
@@ -188,13 +190,15 @@ def find_batch_size(
     memory_budget_mb: float | None = None,
     knee: float = 0.05,
     effective_batch_size: int | None = None,
-    noise_scale: bool = False,
+    noise_scale: bool = True,
+    noise_warmup: int | None = None,
     min_steps_per_epoch: int = 20,
     budget_s: float | None = None,
     job_examples: int | None = None,
     clock: Callable[[], float] = time.perf_counter,
 ) -> BatchSizeReport:
-    """Finds the largest global batch that fits and the batch where throughput stops growing.
+    """Finds the best global batch: the largest that fits, at or below the throughput knee
+    and the gradient noise scale, leaving `min_steps_per_epoch` steps an epoch.
 
     Each candidate gets a fresh model from `build_model` (memory is released between
     probes), one warm-up step and `steps` timed training steps on `data` batched to
@@ -232,18 +236,24 @@ def find_batch_size(
         effective_batch_size: a global batch to train with even if it does not fit; the
             report's `accumulate_steps` is then the fewest batches to accumulate (see
             `Trainer(accumulate_steps=...)`) so that each fits.
-        noise_scale: also estimate the gradient noise scale B_simple at the initial
-            weights (`gradient_noise_scale`, batches of 8 and the largest that ran) and
-            keep `best_batch_size` at or below it: past B_simple a larger batch spends
-            examples without saving steps.
+        noise_scale: estimate the gradient noise scale B_simple (`gradient_noise_scale`,
+            after a warm-up: see `noise_warmup`) and keep `best_batch_size` at or below
+            it: past B_simple a larger batch spends examples without saving steps. On by
+            default; under a time limit it gets half of it and is skipped (the report's
+            `noise_scale_note` says so) when its estimated cost does not fit.
+        noise_warmup: examples to train a fresh model on (batch 32, the optimizer as
+            given) before estimating the noise scale, which grows as the loss falls. None:
+            one pass over at most 10,000 examples, or what the time limit leaves; 0: at
+            the initial weights.
         min_steps_per_epoch: `best_batch_size` leaves at least this many optimizer steps
             per epoch when the data's examples are known (a batch of the whole data
             trains one step an epoch, however fast); 1 turns the rule off.
         budget_s: wall seconds the search may take; once spent, no new candidate is
             started (the report's `capped_by` is "time"). At least one candidate runs.
         job_examples: the size of the training job being tuned (epochs × examples per
-            epoch); the search then also stops once it has spent `PROBE_SHARE` (10 %)
-            of that job's time at the fastest rate measured so far.
+            epoch); the search then also stops once it has spent `budget.PROBE_SHARE`
+            (10 %) of that job's time at the fastest rate measured so far. A candidate
+            whose predicted cost would pass the limit is not started.
         clock: the timing source for the timed steps (seconds; inject a fake one in tests).
 
     Returns:
@@ -261,6 +271,8 @@ def find_batch_size(
     _check_int("granularity", granularity, 1)
     _check_int("steps", steps, 1)
     _check_int("min_steps_per_epoch", min_steps_per_epoch, 1)
+    if noise_warmup is not None:
+        _check_int("noise_warmup", noise_warmup, 0)
     if limit is not None:
         _check_int("limit", limit, 1)
         if limit < start:
@@ -312,7 +324,7 @@ def find_batch_size(
         meter,
         budget if (not meter.on_gpu or memory_budget_mb is not None) else None,
         clock,
-        _TimeLimit(began, budget_s, job_examples),
+        TimeLimit(began, budget_s, job_examples, noise_scale),
     )
     gc.collect()
     gc.freeze()  # later collections skip everything alive now (TensorFlow's own objects)
@@ -323,21 +335,36 @@ def find_batch_size(
         release_memory()  # the last probe's model and data
     rows = search.rows
     max_batch_size = max(r.batch_size for r in rows if r.fits)
-    best, decided_by, b_simple = knee_batch_size(rows, knee) or largest, "throughput knee", None
-    bounds = []  # (the largest batch it allows, its name)
-    if noise_scale:
-        b_simple = _noise_scale(search, max_batch_size)
-        bounds.append((b_simple, "noise scale"))
-    if search.examples:
-        bounds.append((search.examples // min_steps_per_epoch, "steps per epoch"))
-    fitting = sorted(r.batch_size for r in rows if r.fits)
-    for bound, name in bounds:
-        allowed = ([b for b in fitting if b <= bound] or fitting[:1])[-1]
-        if allowed < best:
-            best, decided_by = allowed, name
+    knee_batch = knee_batch_size(rows, knee) or largest
     capped_by = next((r.reason for r in rows if r.reason in ("data", "limit", "time")), None)
     if any(r.reason in ("oom", "budget") for r in rows):
         capped_by = "memory"
+    best, decided_by = knee_batch, "throughput knee"
+    if knee_batch == max_batch_size and capped_by == "memory":
+        decided_by = "memory"  # examples/s still grew at the largest batch that fits
+    limits = {"memory": max_batch_size, "throughput knee": knee_batch}
+    bounds = []  # (the largest batch it allows, its name)
+    step = None
+    if noise_scale:
+        step = noise_probe.measure(
+            search, search.time_limit, max_batch_size, knee_batch, noise_warmup
+        )
+        limits["noise scale"] = step.b_simple
+        if step.b_simple is not None:
+            bounds.append((step.b_simple, "noise scale"))
+    if search.examples:
+        limits["steps per epoch"] = search.examples // min_steps_per_epoch
+        bounds.append((limits["steps per epoch"], "steps per epoch"))
+    fitting = sorted(r.batch_size for r in rows if r.fits)
+    multiple = math.lcm(granularity, replicas)
+    for bound, name in bounds:
+        # The largest batch tried within the bound, or the bound itself rounded down to
+        # the granularity (it fits: a larger batch did); the smallest tried at least.
+        within = [b for b in fitting if b <= bound] or fitting[:1]
+        rounded = int(min(bound, best)) // multiple * multiple if math.isfinite(bound) else 0
+        allowed = max(within[-1], rounded if rounded >= fitting[0] else 0)
+        if allowed < best:
+            best, decided_by = allowed, name
     return BatchSizeReport(
         max_batch_size=max_batch_size,
         best_batch_size=best,
@@ -350,7 +377,9 @@ def find_batch_size(
         effective_batch_size=effective_batch_size,
         capped_by=capped_by,
         examples=search.examples,
-        noise_scale=b_simple,
+        noise_scale=None if step is None else step.b_simple,
+        noise_scale_note="not asked for" if step is None else step.note,
+        limits=limits,
         decided_by=decided_by,
         accumulate_steps=(
             None
@@ -358,22 +387,6 @@ def find_batch_size(
             else accumulation_for(effective_batch_size, max_batch_size, replicas)
         ),
     )
-
-
-def _noise_scale(search: _Search, largest: int) -> float:
-    """B_simple at the initial weights, from batches of 8 (or fewer) and `largest`."""
-    big = min(largest, search.examples or largest)
-    if big < 2:
-        return math.inf  # one example per batch: nothing to compare
-    small = max(1, min(8, big // 4))
-    model = search._build()
-    try:
-        estimate = gradient_noise_scale(model, search.data, search.loss, small=small, big=big)
-    finally:
-        del model
-        release_memory()
-    logger.info("find_batch_size: %s", estimate)
-    return estimate.b_simple
 
 
 def accumulation_for(effective: int, largest: int, replicas: int = 1) -> int:
@@ -390,32 +403,6 @@ def accumulation_for(effective: int, largest: int, replicas: int = 1) -> int:
     )
 
 
-PROBE_SHARE = 0.1  # of the tuned job's time, at most, with `job_examples`
-
-
-class _TimeLimit:
-    """When the search must stop starting candidates: `budget_s`, or a share of the job."""
-
-    def __init__(self, began: float, budget_s: float | None, job_examples: int | None):
-        self.began, self.budget_s, self.job_examples = began, budget_s, job_examples
-        self.announced = False
-
-    def seconds(self, rows: list[ProbeRow]) -> float | None:
-        """The search's time limit now (None: unbounded)."""
-        limits = [] if self.budget_s is None else [self.budget_s]
-        rates = [r.examples_per_second for r in rows if r.fits and r.examples_per_second]
-        if self.job_examples is not None and rates:
-            limits.append(PROBE_SHARE * self.job_examples / max(rates))
-        return min(limits) if limits else None
-
-    def spent(self, rows: list[ProbeRow]) -> bool:
-        limit = self.seconds(rows)
-        if limit is not None and not self.announced:
-            logger.info("find_batch_size: probing for at most %.1f s", limit)
-            self.announced = True
-        return limit is not None and time.perf_counter() - self.began >= limit
-
-
 def _explore(search: _Search, start, limit, mode, step: int, replicas: int) -> int:
     """Runs the candidates in order; returns the largest batch that fits."""
 
@@ -429,7 +416,7 @@ def _explore(search: _Search, start, limit, mode, step: int, replicas: int) -> i
             search.rows.append(ProbeRow(batch, False, None, None, "limit"))
             capped = limit
             break
-        if largest is not None and search.time_limit.spent(search.rows):
+        if largest is not None and search.time_limit.spent(search.rows, batch, search.steps):
             search.rows.append(ProbeRow(batch, False, None, None, "time"))
             break
         if not search.has_examples(batch):
@@ -474,12 +461,14 @@ def _explore(search: _Search, start, limit, mode, step: int, replicas: int) -> i
     timed_out = search.rows[-1].reason == "time"
     if mode == "binsearch" and not timed_out:
         upper = failed if failed is not None else capped + 1
-        while not search.time_limit.spent(search.rows):
+        while True:
             first = (largest // step + 1) * step
             candidates = list(range(first, upper, step))
             if not candidates:
                 break
             middle = candidates[(len(candidates) - 1) // 2]
+            if search.time_limit.spent(search.rows, middle, search.steps):
+                break
             if search.probe(middle).fits:
                 largest = middle
             else:

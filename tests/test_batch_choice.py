@@ -1,0 +1,196 @@
+"""The batch a search chooses: its limits, which decides, and the learning rate to train with."""
+
+import json
+import math
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from tfaccel import tuning
+from tfaccel.tuning.report import BatchSizeReport, ProbeRow
+
+SCE = "sparse_categorical_crossentropy"
+
+
+class StepClock:
+    """A fake clock: every read advances by the current probe's batch over its rate."""
+
+    def __init__(self, rates: dict, steps: int):
+        self.ticks = []
+        for batch, rate in rates.items():
+            self.ticks += [batch / rate] * (steps + 1)
+        self.now, self.calls = 0.0, 0
+
+    def __call__(self):
+        self.now += self.ticks[self.calls]
+        self.calls += 1
+        return self.now
+
+
+def linear_problem(noise: float, n: int = 20_000):
+    """y = x·w* + noise; a model at fixed weights off the optimum; B_simple there, exactly."""
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(n, 4)).astype("float32")
+    y = (x @ np.array([1.0, -2.0, 0.5, 3.0]) + noise * rng.normal(size=n)).astype("float32")
+    w = np.array([[0.5], [-1.0], [0.0], [2.0]], dtype="float32")
+    per_example = 2 * x * (x @ w - y[:, None])
+    mean = per_example.mean(axis=0)
+    exact = float(((per_example - mean) ** 2).sum(axis=1).mean()) / float(mean @ mean)
+
+    def build():
+        model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(1, use_bias=False)])
+        model.set_weights([w])
+        return model
+
+    return build, tf.data.Dataset.from_tensor_slices((x, y[:, None])), exact
+
+
+def test_the_noise_scale_decides_when_it_is_the_smallest_limit():
+    build, data, exact = linear_problem(noise=4.7)  # B_simple ≈ 40 at these weights
+    rates = {8: 100.0, 16: 200.0, 32: 400.0, 64: 800.0, 128: 1600.0}  # no knee below 128
+    report = tuning.find_batch_size(
+        build,
+        data,
+        loss="mse",
+        start=8,
+        limit=128,
+        mode="power",
+        steps=2,
+        noise_warmup=0,  # at the weights where the exact value is known
+        clock=StepClock(rates, steps=2),
+    )
+    assert report.max_batch_size == 128 and report.limits["throughput knee"] == 128
+    assert report.noise_scale == pytest.approx(exact, rel=0.5)
+    # The bound, rounded down to the granularity (8): smaller than the knee and memory.
+    assert report.best_batch_size == int(report.noise_scale) // 8 * 8 < 128
+    assert report.decided_by == "noise scale"
+    table = report.table()
+    assert "noise scale B_simple ≈" in table and "decided by the noise scale" in table
+    assert "memory ≤ 128" in table and "throughput knee ≤ 128" in table
+
+
+def test_memory_decides_when_examples_per_second_still_grow_at_the_largest_fit():
+    x = np.random.default_rng(0).random((512, 8)).astype("float32")
+    y = (x.sum(axis=1) > 4).astype("int32")
+
+    def build():
+        return keras.Sequential(
+            [keras.Input((8,)), _FailAbove(64), keras.layers.Dense(2, activation="softmax")]
+        )
+
+    report = tuning.find_batch_size(
+        build,
+        (x, y),
+        loss=SCE,
+        start=16,
+        mode="power",
+        steps=2,
+        noise_scale=False,
+        min_steps_per_epoch=1,  # the data does not decide here
+        clock=StepClock({16: 100.0, 32: 200.0, 64: 400.0}, steps=2),
+    )
+    assert [r.reason for r in report.rows] == ["ok", "ok", "ok", "oom"]
+    assert report.capped_by == "memory" and report.best_batch_size == 64
+    assert report.decided_by == "memory"
+    assert "noise scale" not in report.limits
+
+
+class _FailAbove(keras.layers.Layer):
+    """Raises TensorFlow's out-of-memory error for a batch above `threshold`."""
+
+    def __init__(self, threshold, **kwargs):
+        super().__init__(**kwargs)
+        self.threshold = threshold
+
+    def call(self, x):
+        def fail():
+            failed = tf.numpy_function(_out_of_memory, [tf.shape(x)[0]], tf.float32)
+            return x + tf.ensure_shape(failed, [])
+
+        return tf.cond(tf.shape(x)[0] > self.threshold, fail, lambda: x)
+
+
+def _out_of_memory(batch):
+    if batch > 0:  # always: numpy_function needs a return value's type
+        raise MemoryError(f"batch {batch} does not fit")
+    return np.float32(0)
+
+
+def test_the_noise_scale_is_skipped_when_the_time_is_spent():
+    build, data, _ = linear_problem(noise=1.0, n=512)
+    report = tuning.find_batch_size(build, data, loss="mse", start=16, steps=1, budget_s=0)
+    assert report.noise_scale is None and "noise scale" in report.limits
+    assert report.noise_scale_note.startswith("not measured")
+    assert "noise scale not measured" in report.table()
+
+
+def report_with(**fields) -> BatchSizeReport:
+    rows = [
+        ProbeRow(b, True, 100.0 * b**0.5, 10.0, "ok", seconds=1.0) for b in (8, 16, 32, 64, 128)
+    ]
+    values = {
+        "max_batch_size": 128,
+        "best_batch_size": 128,
+        "rows": rows,
+        "mode": "power",
+        "knee": 0.05,
+        "memory_budget_mb": 1000.0,
+        "memory_kind": "host",
+        "probe_seconds": 5.0,
+        "examples": 50_000,
+        "limits": {"memory": 128, "throughput knee": 128, "noise scale": 300.0},
+    }
+    values.update(fields)
+    return BatchSizeReport(**values)
+
+
+def test_the_rate_is_scaled_by_the_optimizers_rule_from_the_users_own():
+    adam = tuning.recommend(report_with(), batch_size=32, learning_rate=1e-3, optimizer="adam")
+    assert (adam.batch_size, adam.rule, adam.kept) == (128, "sqrt", False)
+    assert adam.learning_rate == pytest.approx(2e-3)  # 1e-3 × √(128 / 32)
+    sgd = tuning.recommend(
+        report_with(), batch_size=32, learning_rate=0.1, optimizer=keras.optimizers.SGD(0.1)
+    )
+    assert (sgd.rule, sgd.learning_rate) == ("linear", pytest.approx(0.4))
+    assert "LinearScalingWarmup" in sgd.reason
+    fixed = tuning.recommend(
+        report_with(), batch_size=32, learning_rate=0.1, optimizer="sgd", lr_scaling=None
+    )
+    assert fixed.learning_rate == 0.1 and fixed.batch_size == 128
+    with pytest.raises(ValueError, match="base_learning_rate must be a number > 0"):
+        tuning.recommend(report_with(), batch_size=32, learning_rate=0, optimizer="adam")
+
+
+def test_the_users_batch_and_rate_are_kept_when_no_larger_batch_pays():
+    # The time ran out before any batch above the user's was timed: too small a job.
+    rows = [ProbeRow(8, True, 100.0, 1.0, "ok"), ProbeRow(16, False, None, None, "time")]
+    small = report_with(rows=rows, max_batch_size=8, best_batch_size=8, capped_by="time")
+    kept = tuning.recommend(small, batch_size=64, learning_rate=2e-3, optimizer="adam")
+    assert (kept.batch_size, kept.learning_rate, kept.kept) == (64, 2e-3, True)
+    assert "too small for a probe to pay for itself" in kept.reason
+    # The noise scale below the user's batch stops an increase, and lowers nothing.
+    noisy = report_with(best_batch_size=24, decided_by="noise scale")
+    kept = tuning.recommend(noisy, batch_size=32, learning_rate=1e-3, optimizer="adam")
+    assert (kept.batch_size, kept.learning_rate, kept.kept) == (32, 1e-3, True)
+    assert "noise scale allows 24" in kept.reason
+
+
+def test_a_batch_with_too_few_steps_an_epoch_is_lowered():
+    report = report_with(examples=1_212, limits={"memory": 128, "steps per epoch": 60})
+    choice = tuning.recommend(report, batch_size=64, learning_rate=2e-3, optimizer="adam")
+    assert (choice.batch_size, choice.kept) == (60, False)
+    assert choice.learning_rate == pytest.approx(2e-3 * math.sqrt(60 / 64))
+    on_two = tuning.recommend(
+        report, batch_size=64, learning_rate=2e-3, optimizer="adam", replicas=8
+    )
+    assert on_two.batch_size == 56  # a multiple of the replicas
+
+
+def test_limits_survive_json_with_an_unbounded_noise_scale():
+    report = report_with(noise_scale=math.inf, limits={"memory": 128, "noise scale": math.inf})
+    text = json.dumps(report.to_dict(), allow_nan=False)
+    back = BatchSizeReport.from_dict(json.loads(text))
+    assert back.noise_scale == math.inf and back.limits["noise scale"] == math.inf
+    assert "B_simple ≈ unbounded" in back.limits_line()
