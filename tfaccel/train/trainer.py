@@ -19,9 +19,8 @@ from tfaccel import cluster, devices, precision
 from tfaccel.data.label_contract import check as check_labels
 from tfaccel.train import accumulation, arguments, inputs, settings
 from tfaccel.train.fit_loop import FitLoop
-from tfaccel.train.loop_stats import LoopStats
 from tfaccel.train.losses import PerExampleLoss, resolve_metrics
-from tfaccel.train.steps import StepLoops, explain_xla_error
+from tfaccel.train.runner import Runner
 
 logger = logging.getLogger("tfaccel")
 
@@ -74,63 +73,48 @@ class Trainer:
         self.accumulate_steps = accumulation.resolve_accumulate_steps(accumulate_steps)
         with self.strategy.scope():
             self.model = arguments.build_model(model)
-            self._check_model_scope()
             self.optimizer = precision.wrap_optimizer(arguments.build_optimizer(optimizer))
             self.loss = PerExampleLoss(loss)
             self.metrics = resolve_metrics(metrics, self.loss)
-            self.loss_tracker = keras.metrics.Mean(name="loss")
-            self.loop_loss = keras.metrics.Mean(name="loop_loss")  # divergence check
-            self.step = tf.Variable(
-                0,
-                dtype=tf.int64,
-                trainable=False,
-                name="global_step",
-                aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA,
-            )
-            self.epoch = tf.Variable(0, dtype=tf.int64, trainable=False, name="epoch")
-            self.epoch_step = tf.Variable(0, dtype=tf.int64, trainable=False, name="epoch_step")
-        self.model.optimizer = self.optimizer
         self.jit_compile = settings.resolve_jit_compile(jit_compile, self.model, self.strategy)
-        self.loops = None
-        self._skipped_offset = None
-        self.preempted = False
-        self.settings: dict = {}
-        self._stats = None
-
-    def _check_model_scope(self) -> None:
-        foreign = [
-            v.path
-            for v in self.model.variables
-            if not self.strategy.extended.variable_created_in_scope(getattr(v, "value", v))
-        ]
-        if foreign:
-            raise ValueError(
-                f"The model's variables (e.g. {foreign[:3]}) were not created under the "
-                f"Trainer's strategy ({type(self.strategy).__name__}). Build the model inside "
-                "`with strategy.scope():`, or pass a function that builds it: "
-                "Trainer(build_model, ...)."
-            )
-
-    def _ensure_built(self, sample: tf.data.Dataset) -> None:
-        if self.loops is not None:
-            return
-        with self.strategy.scope():
-            if not self.model.built or not self.model.weights:
-                _build_symbolically(self.model, sample.element_spec[0])
-            self.optimizer.build(self.model.trainable_variables)
-        self.loops = StepLoops(
-            model=self.model,
+        # The inner loop and the state it owns; fit's outer loop sees only its interface.
+        self.runner = Runner(
+            self.model,
             optimizer=self.optimizer,
             loss=self.loss,
             metrics=self.metrics,
-            loss_tracker=self.loss_tracker,
-            loop_loss=self.loop_loss,
             strategy=self.strategy,
-            step_counter=self.step,
             jit_compile=self.jit_compile,
             accumulate_steps=self.accumulate_steps,
+            evaluation_steps_per_loop=self.steps_per_loop,
         )
-        self._skipped_offset = int(self.step.numpy()) - int(self.optimizer.iterations.numpy())
+        self.preempted = False
+        self.settings: dict = {}
+
+    # The runner's state, under the names Trainer users know.
+    step = property(lambda self: self.runner.step, doc="The global step (applied steps).")
+    epoch = property(lambda self: self.runner.epoch, doc="The epoch counter (a variable).")
+    epoch_step = property(lambda self: self.runner.epoch_step, doc="Steps into the epoch.")
+    loss_tracker = property(lambda self: self.runner.loss_tracker, doc="The running loss.")
+    skipped_steps = property(
+        lambda self: self.runner.skipped_steps,
+        doc="Steps whose gradients were not finite and were skipped by loss scaling.",
+    )
+
+    def checkpoint_objects(self) -> dict:
+        """The state a checkpoint holds: step counters, model, optimizer, metrics' running state."""
+        return self.runner.checkpoint_items()
+
+    def optimizer_type(self) -> str:
+        """The optimizer's class name, looking through loss scaling (saved in checkpoints)."""
+        return self.runner.optimizer_type()
+
+    def logs(self) -> dict:
+        """The running loss and metrics of the current epoch."""
+        return self.runner.epoch_logs()
+
+    def reset_metrics(self) -> None:
+        self.runner.reset_metrics()
 
     def _prepare(self, data, steps, what: str):
         sample = inputs.sample_dataset(data)
@@ -145,7 +129,7 @@ class Trainer:
                     f"The global batch of {batch} (drop_remainder=True) does not divide among "
                     f"{replicas} replicas. Use a batch size that is a multiple of {replicas}."
                 )
-        self._ensure_built(sample)
+        self.runner.build(sample)
         check_labels(sample, self.model, self.loss.fn)
         return batch
 
@@ -172,78 +156,6 @@ class Trainer:
             "steps_per_loop": min(self.steps_per_loop, steps_per_epoch or self.steps_per_loop),
             "devices": _device_names(self.strategy),
         }
-
-    def loop_logs(self, stop_flag: bool = False) -> tuple[dict, float, float, bool | None]:
-        """After a step loop: (logs, the loop's mean loss, examples seen, any worker stopping).
-
-        One collective for all of it (see `loop_stats.py`); the stop vote is None when
-        the metrics could not be packed (then ask the `PreemptionWatcher`).
-        """
-        if self._stats is None:
-            self._stats = LoopStats(
-                self.strategy, [self.loss_tracker, self.loop_loss, *self.metrics]
-            )
-        results, values, votes = self._stats.read(int(stop_flag))
-        logs = {"loss": results["loss"]}
-        for metric in self.metrics:
-            logs[metric.name] = results[metric.name]
-        scale = settings.loss_scale_of(self.optimizer)
-        if scale is not None:
-            logs["loss_scale"] = scale
-            logs["skipped_steps"] = self.skipped_steps
-        count = float(values[id(self.loss_tracker.count)])
-        return logs, results["loop_loss"], count, None if votes is None else votes > 0
-
-    def logs(self) -> dict:
-        logs = {"loss": float(self.loss_tracker.result())}
-        for metric in self.metrics:
-            logs[metric.name] = float(metric.result())
-        scale = settings.loss_scale_of(self.optimizer)
-        if scale is not None:
-            logs["loss_scale"] = scale
-            logs["skipped_steps"] = self.skipped_steps
-        return logs
-
-    @property
-    def skipped_steps(self) -> int:
-        """Steps whose gradients were not finite and were skipped by loss scaling."""
-        if self._skipped_offset is None:
-            return 0
-        done = int(self.step.numpy()) - int(self.optimizer.iterations.numpy())
-        return done - self._skipped_offset
-
-    def reset_metrics(self) -> None:
-        for metric in [self.loss_tracker, *self.metrics]:
-            metric.reset_state()
-
-    def run_loop(self, loop, iterator, num_steps: int) -> int:
-        try:
-            return int(loop(iterator, tf.constant(num_steps, tf.int32)))
-        except (tf.errors.InvalidArgumentError, tf.errors.UnimplementedError) as error:
-            text = str(error)
-            if self.jit_compile and ("XLA" in text or "jit" in text.lower()):
-                raise ValueError(explain_xla_error(error, self.model)) from error
-            clear = inputs.explain_step_error(error, self.loss.name)
-            if clear:
-                raise ValueError(clear) from error
-            raise
-
-    def checkpoint_objects(self) -> dict:
-        """The state a checkpoint holds: step counters, model, optimizer, metrics' running state."""
-        return {
-            "step": self.step,
-            "epoch": self.epoch,
-            "epoch_step": self.epoch_step,
-            "model": self.model,
-            "optimizer": self.optimizer,
-            # Keras 3 metrics are not trackable themselves; their variables are.
-            "metrics": {m.name: list(m.variables) for m in [self.loss_tracker, *self.metrics]},
-        }
-
-    def optimizer_type(self) -> str:
-        """The optimizer's class name, looking through loss scaling (saved in checkpoints)."""
-        inner = getattr(self.optimizer, "inner_optimizer", self.optimizer)
-        return type(inner).__name__
 
     def fit(
         self,
@@ -329,8 +241,9 @@ class Trainer:
         if validation_data is not None:
             self._prepare(validation_data, validation_steps, "validation")
         loop = FitLoop(
-            self,
+            self.runner,
             train_data,
+            steps_per_loop=self.steps_per_loop,
             epochs=epochs,
             steps_per_epoch=steps_per_epoch,
             validation_data=validation_data,
@@ -357,21 +270,8 @@ class Trainer:
             return loop.run()
         finally:
             loop.close()
-
-    def evaluate_distributed(self, dataset, steps: int | None) -> dict:
-        self.reset_metrics()
-        iterator = iter(dataset)
-        done = 0
-        while steps is None or done < steps:
-            want = self.steps_per_loop if steps is None else min(self.steps_per_loop, steps - done)
-            ran = self.run_loop(self.loops.test_loop, iterator, want)
-            done += ran
-            if ran < want:
-                break
-        return {
-            "loss": float(self.loss_tracker.result()),
-            **{m.name: float(m.result()) for m in self.metrics},
-        }
+            self.settings.update(loop.notes)
+            self.preempted = loop.preempted
 
     def evaluate(self, data, *, steps: int | None = None) -> dict:
         """Evaluates the model; returns `{"loss": ..., <metric>: ...}` over all examples.
@@ -381,7 +281,7 @@ class Trainer:
         """
         arguments.check_steps("steps", steps)
         self._prepare(data, steps, "evaluation")
-        return self.evaluate_distributed(inputs.distribute(self.strategy, data), steps)
+        return self.runner.evaluate(iter(inputs.distribute(self.strategy, data)), steps)
 
 
 def _steps_text(steps: int | None, accumulate_steps: int):
@@ -398,23 +298,3 @@ def _device_names(strategy: tf.distribute.Strategy) -> str:
     except RuntimeError:  # the default strategy places ops on TensorFlow's default device
         gpus = tf.config.list_logical_devices("GPU")
         return (gpus or tf.config.list_logical_devices("CPU"))[0].name
-
-
-def _build_symbolically(model: keras.Model, x_spec) -> None:
-    """Creates every variable before the optimizer is built, as `model.fit` does.
-
-    Calling the model on symbolic inputs builds what `model.build(shape)` cannot: the
-    sublayers of a subclassed model without a `build()` method (`build()` marks such a
-    model built with no weights), created on first call.
-    """
-    symbolic = tf.nest.map_structure(
-        lambda s: keras.KerasTensor(s.shape, dtype=s.dtype.name), x_spec
-    )
-    try:
-        model(symbolic)
-    except Exception as error:  # noqa: BLE001 - re-raised with what to do
-        raise ValueError(
-            f"Could not build {type(model).__name__} on inputs {x_spec}: {error}. Build the "
-            "model before training (call it once on a batch, or give it a build() method that "
-            "creates its layers' weights)."
-        ) from error
