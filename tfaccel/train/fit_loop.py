@@ -22,6 +22,7 @@ from __future__ import annotations
 import logging
 import math
 import os
+import time
 import warnings
 
 import keras
@@ -31,6 +32,7 @@ from tfaccel.data import fingerprint
 from tfaccel.train import accumulation, hyperparameters, inputs
 from tfaccel.train.checkpoint import ITERATOR_KEYS, POSITION_KEYS, RESUME_MODES, CheckpointState
 from tfaccel.train.faults import PreemptionWatcher, TrainingDivergedError
+from tfaccel.train.loop_size import LoopSizer
 from tfaccel.train.progress import ProgressBar
 
 logger = logging.getLogger("tfaccel")
@@ -73,7 +75,8 @@ class FitLoop:
             ):
                 raise ValueError(f"{name} must be an integer >= {least}, got {value!r}.")
         self.runner = runner
-        self.steps_per_loop = steps_per_loop
+        self.sizer = steps_per_loop if isinstance(steps_per_loop, LoopSizer) else None
+        self.sizer = self.sizer or LoopSizer(steps_per_loop)
         self.epochs = epochs
         self.validation_steps = validation_steps
         self.checkpoint_every = check_checkpoint_every(checkpoint_every)
@@ -290,7 +293,7 @@ class FitLoop:
         return self.runner.model.history
 
     def _loop_size(self, done: int) -> int:
-        want = self.steps_per_loop
+        want = self.sizer.next()
         if self.steps_per_epoch is not None:
             want = min(want, self.steps_per_epoch - done)
         if isinstance(self.checkpoint_every, int) and self.ckpt is not None:
@@ -303,6 +306,7 @@ class FitLoop:
         runner = self.runner
         while self.steps_per_epoch is None or done < self.steps_per_epoch:
             want = self._loop_size(done)
+            began = time.perf_counter()  # a call's whole host cost: callbacks and logs too
             self.callbacks.on_train_batch_begin(done)
             # Logs, loop loss, example count and the stop vote: one collective per loop.
             result = runner.train(
@@ -326,6 +330,8 @@ class FitLoop:
                 result.examples / result.seconds if result.seconds > 0 else 0.0
             )
             self.callbacks.on_train_batch_end(done - 1, logs)
+            if self.sizer.record(want, ran, time.perf_counter() - began):
+                self._announce_loop_size()
             epoch_end = self.steps_per_epoch is not None and done >= self.steps_per_epoch
             if (
                 isinstance(self.checkpoint_every, int)
@@ -362,6 +368,15 @@ class FitLoop:
     def _iterator_not_restored(self) -> bool:
         changed = self.ckpt.changed if self.ckpt is not None else {}
         return any(key in changed for key in ITERATOR_KEYS)
+
+    def _announce_loop_size(self) -> None:
+        text = self.sizer.describe(self.steps_per_epoch)
+        self.notes["steps_per_loop"] = text
+        message = f"steps_per_loop: {text}"
+        if self.verbose:
+            print(message)
+        else:
+            logger.info(message)
 
     def _check_divergence(self, loop_loss: float, step: int) -> None:
         if math.isfinite(loop_loss):

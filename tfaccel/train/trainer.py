@@ -17,10 +17,10 @@ import tensorflow as tf
 
 from tfaccel import cluster, devices, precision
 from tfaccel.data.label_contract import check as check_labels
-from tfaccel.train import accumulation, arguments, inputs, settings
+from tfaccel.train import accumulation, arguments, inputs, loop_size, settings
 from tfaccel.train.fit_loop import FitLoop
 from tfaccel.train.losses import PerExampleLoss, resolve_metrics
-from tfaccel.train.runner import Runner
+from tfaccel.train.runner import EVALUATION_STEPS_PER_LOOP, Runner
 
 logger = logging.getLogger("tfaccel")
 
@@ -38,8 +38,11 @@ class Trainer:
         metrics: Keras metrics (objects or names such as "accuracy"; one alone, a list,
             or None).
         strategy: a `tf.distribute.Strategy`; None → `tfaccel.devices.strategy("auto")`.
-        steps_per_loop: steps per `tf.function` call, or "auto" (100, clipped to the
-            epoch). Callbacks' batch hooks fire once per loop.
+        steps_per_loop: steps per `tf.function` call, or "auto": measured on the first
+            loops, the fewest steps that keep the host overhead of a call under 2 % of
+            it, at most 2 s a call (the settings table shows n and the overhead). Always
+            clipped to the epoch and to checkpoint boundaries. Callbacks' batch hooks
+            fire once per loop; the numbers do not depend on n.
         jit_compile: True, False or "auto" (XLA on a single GPU when every layer
             supports it; never on CPU, where it is slower).
         accumulate_steps: sum the gradients of this many consecutive batches on each
@@ -69,7 +72,8 @@ class Trainer:
         accumulate_steps=1,
     ):
         self.strategy = strategy or devices.strategy("auto")
-        self.steps_per_loop = settings.resolve_steps_per_loop(steps_per_loop)
+        self.steps_per_loop = loop_size.resolve_steps_per_loop(steps_per_loop)
+        self._loop_sizer = loop_size.LoopSizer(self.steps_per_loop)  # kept across fit calls
         self.accumulate_steps = accumulation.resolve_accumulate_steps(accumulate_steps)
         with self.strategy.scope():
             self.model = arguments.build_model(model)
@@ -86,7 +90,9 @@ class Trainer:
             strategy=self.strategy,
             jit_compile=self.jit_compile,
             accumulate_steps=self.accumulate_steps,
-            evaluation_steps_per_loop=self.steps_per_loop,
+            evaluation_steps_per_loop=(
+                EVALUATION_STEPS_PER_LOOP if self.steps_per_loop == "auto" else self.steps_per_loop
+            ),
         )
         self.preempted = False
         self.settings: dict = {}
@@ -153,7 +159,7 @@ class Trainer:
             "loss_scale": settings.loss_scale_of(self.optimizer) or "none",
             "jit_compile": self.jit_compile,
             "steps_per_epoch": _steps_text(steps_per_epoch, k),
-            "steps_per_loop": min(self.steps_per_loop, steps_per_epoch or self.steps_per_loop),
+            "steps_per_loop": self._loop_sizer.describe(steps_per_epoch),
             "devices": _device_names(self.strategy),
         }
 
@@ -243,7 +249,7 @@ class Trainer:
         loop = FitLoop(
             self.runner,
             train_data,
-            steps_per_loop=self.steps_per_loop,
+            steps_per_loop=self._loop_sizer,
             epochs=epochs,
             steps_per_epoch=steps_per_epoch,
             validation_data=validation_data,
