@@ -238,6 +238,7 @@ class FitLoop:
     def _save(self) -> None:
         step = self.runner.position.step
         if self.ckpt is not None and self.last_saved != step:
+            self.ckpt.run_shape.value.update(self.runner.run_shape())  # e.g. an on_oom split
             self.ckpt.save(step)
             self.last_saved = step
 
@@ -313,6 +314,8 @@ class FitLoop:
                 iterator, want, stop_flag=self.watcher.signal_received is not None
             )
             ran = result.steps
+            if result.note:
+                self._announce_out_of_memory(result.note)
             if ran == 0:
                 if self.steps_per_epoch is not None:
                     return "exhausted"
@@ -368,6 +371,12 @@ class FitLoop:
     def _iterator_not_restored(self) -> bool:
         changed = self.ckpt.changed if self.ckpt is not None else {}
         return any(key in changed for key in ITERATOR_KEYS)
+
+    def _announce_out_of_memory(self, note: str) -> None:
+        self.notes["on_oom"] = f"accumulate: {note}"
+        logger.warning(note)
+        if self.verbose:
+            print(note)
 
     def _announce_loop_size(self) -> None:
         text = self.sizer.describe(self.steps_per_epoch)

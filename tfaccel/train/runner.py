@@ -25,10 +25,16 @@ import tensorflow as tf
 from tfaccel.train import hyperparameters, inputs, settings
 from tfaccel.train.loop_stats import LoopStats
 from tfaccel.train.losses import PerExampleLoss
+from tfaccel.train.out_of_memory import (
+    describe_out_of_memory,
+    is_out_of_memory,
+    split_until_fits,
+)
 from tfaccel.train.runner_interface import LoopResult, Position
 from tfaccel.train.steps import StepLoops, explain_xla_error
 
 EVALUATION_STEPS_PER_LOOP = 100  # test steps per call; they fire no callback
+ON_OOM = ("raise", "accumulate")
 
 
 class Runner:
@@ -43,9 +49,14 @@ class Runner:
         jit_compile: compile the replica step with XLA.
         accumulate_steps: batches whose gradients make one optimizer step.
         evaluation_steps_per_loop: test steps per `tf.function` call in `evaluate`.
+        on_oom: "raise", or "accumulate": the first step of a run holds its batches, and
+            when it runs out of memory they are retried as 2, 4, 8, ... micro-batches
+            accumulated into one step (`out_of_memory.split_until_fits`); the split is
+            kept for the rest of the run (`micro_batches`).
 
     Raises:
-        ValueError: a model whose variables were not created under `strategy`.
+        ValueError: a model whose variables were not created under `strategy`, or an
+            unknown `on_oom`.
     """
 
     def __init__(
@@ -59,7 +70,17 @@ class Runner:
         jit_compile: bool = False,
         accumulate_steps: int = 1,
         evaluation_steps_per_loop: int = EVALUATION_STEPS_PER_LOOP,
+        on_oom: str = "raise",
     ):
+        if on_oom not in ON_OOM:
+            raise ValueError(
+                f"on_oom must be one of {ON_OOM}, got {on_oom!r}: 'raise' lets an out-of-memory "
+                "error end training; 'accumulate' retries the batch as 2, 4, 8, ... "
+                "micro-batches accumulated into one step."
+            )
+        self.on_oom = on_oom
+        self.micro_batches = 1
+        self._held = on_oom == "accumulate"  # the next step holds its batches (retryable)
         self.strategy = strategy
         self.model = model
         self.optimizer = optimizer
@@ -97,7 +118,11 @@ class Runner:
             if not self.model.built or not self.model.weights:
                 _build_symbolically(self.model, sample.element_spec[0])
             self.optimizer.build(self.model.trainable_variables)
-        self.loops = StepLoops(
+        self.loops = self._step_loops(self.micro_batches)
+        self._skipped_offset = int(self.step.numpy()) - int(self.optimizer.iterations.numpy())
+
+    def _step_loops(self, micro_batches: int) -> StepLoops:
+        return StepLoops(
             model=self.model,
             optimizer=self.optimizer,
             loss=self.loss,
@@ -108,8 +133,8 @@ class Runner:
             step_counter=self.step,
             jit_compile=self.jit_compile,
             accumulate_steps=self.batches_per_step,
+            micro_batches=micro_batches,
         )
-        self._skipped_offset = int(self.step.numpy()) - int(self.optimizer.iterations.numpy())
 
     # -- running -----------------------------------------------------------------------
 
@@ -125,14 +150,74 @@ class Runner:
         if self._count_before is None:
             self._count_before = float(self.loss_tracker.count.numpy())
         start = time.perf_counter()
-        ran = self._call(self.loops.train_loop, iterator, num_steps)
+        ran, note = 0, None
+        if self._held:
+            ran, note = self._held_step(iterator)
+        if ran < num_steps and (ran or not self._held):
+            ran += self._call(self.loops.train_loop, iterator, num_steps - ran)
         seconds = time.perf_counter() - start
         if ran == 0:
             return LoopResult(0, {}, seconds=seconds)
         nonfinite = self._first_nonfinite()
         logs, loop_loss, count, stop = self._loop_logs(stop_flag)
         examples, self._count_before = count - self._count_before, count
-        return LoopResult(ran, logs, loop_loss, examples, seconds, stop, nonfinite)
+        return LoopResult(ran, logs, loop_loss, examples, seconds, stop, nonfinite, note)
+
+    def _held_step(self, iterator) -> tuple[int, str | None]:
+        """One step whose batches are held, so that running out of memory retries them.
+
+        Returns (steps applied: 0 when the data ended, the out-of-memory note or None).
+        """
+        batches = []
+        for _ in range(self.batches_per_step):
+            optional = iterator.get_next_as_optional()
+            if not bool(optional.has_value()):
+                break
+            batches.append(optional.get_value())
+        if not batches:
+            return 0, None
+        saved = [(v, v.numpy()) for v in self._retry_state()]
+        step = int(self.step.numpy())
+        try:
+            self.loops.held_step(batches)
+            self._held = False
+            return 1, None
+        except Exception as error:  # noqa: BLE001 - only out-of-memory is retried
+            if not is_out_of_memory(error):
+                raise
+            failure = error
+        batch = self._global_batch(batches[0])
+
+        def attempt(k: int) -> None:
+            for variable, value in saved:  # undo what the failed try updated (BN, metrics)
+                variable.assign(value)
+            self.loops.clear_accumulators()
+            loops = self._step_loops(k)
+            loops.held_step(batches)
+            self.loops = loops
+
+        k = split_until_fits(attempt, batch, replicas=self.strategy.num_replicas_in_sync)
+        if k is None:
+            raise RuntimeError(
+                f"on_oom='accumulate': batch {batch} runs out of memory even as micro-batches "
+                f"of one example per replica ({describe_out_of_memory(failure)}). Use a "
+                "smaller model or input, mixed precision or remat."
+            ) from failure
+        self.micro_batches, self._held = k, False
+        return 1, (
+            f"out of memory at batch {batch}: {k} micro-batches of {batch // k} from step {step}"
+        )
+
+    def _retry_state(self) -> list:
+        """What a failed step may have changed before running out of memory."""
+        metrics = [self.loss_tracker, self.loop_loss, *self.metrics]
+        counters = [self.step, self.optimizer.iterations]
+        return counters + list(self.model.non_trainable_variables) + [v for m in metrics for v in m.variables]
+
+    def _global_batch(self, batch) -> int:
+        first = tf.nest.flatten(batch)[0]
+        local = sum(int(t.shape[0]) for t in self.strategy.experimental_local_results(first))
+        return local * getattr(self.strategy.extended, "_num_workers", 1)
 
     def evaluate(self, iterator, num_steps: int | None) -> dict:
         """Resets the metrics and runs test steps (None: until the data ends); returns logs."""
@@ -153,6 +238,16 @@ class Runner:
     def _call(self, loop, iterator, num_steps: int) -> int:
         try:
             return int(loop(iterator, tf.constant(num_steps, tf.int32)))
+        except tf.errors.ResourceExhaustedError as error:
+            if self.on_oom != "accumulate":
+                raise
+            raise RuntimeError(
+                f"on_oom='accumulate': a step after the first ran out of memory "
+                f"({describe_out_of_memory(error)}) with {self.micro_batches} micro-batch(es). "
+                "Only the first step of a run holds its batch for a retry; a batch that needs "
+                "more memory later (e.g. longer sequences) cannot be retried. Resume from the "
+                "last checkpoint with a smaller batch or accumulate_steps."
+            ) from error
         except (tf.errors.InvalidArgumentError, tf.errors.UnimplementedError) as error:
             text = str(error)
             if self.jit_compile and ("XLA" in text or "jit" in text.lower()):
@@ -253,6 +348,7 @@ class Runner:
             "optimizer": self.optimizer_type(),
             "accumulate_steps": self.batches_per_step,
             "hyperparameters": hyperparameters.of(self.optimizer),
+            "micro_batches": self.micro_batches,  # on_oom's split (not compared)
         }
 
     @contextlib.contextmanager

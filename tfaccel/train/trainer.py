@@ -50,11 +50,19 @@ class Trainer:
             k × the dataset's global batch). Epochs, `steps_per_epoch` and
             `validation_steps` count batches; the global step, checkpoints,
             preemption and callbacks count applied steps.
+        on_oom: "raise" (default), or "accumulate": when the first training step of a
+            `fit` runs out of memory (`ResourceExhaustedError` or XLA's
+            RESOURCE_EXHAUSTED) at global batch B, the same batch is retried as
+            k = 2, 4, 8, ... micro-batches accumulated inside one step until it fits,
+            and the run goes on with k. The update equals batch B's (same loss
+            contract; BatchNormalization normalises each micro-batch with its own
+            statistics). Logged once, shown in the settings table, stored in the
+            checkpoint's run shape.
 
     Raises:
         TypeError: `model` is not a model or a function building one; `optimizer`
             is not an optimizer, its name or a function building one.
-        ValueError: bad `steps_per_loop` / `jit_compile` / `accumulate_steps`, an
+        ValueError: bad `steps_per_loop` / `jit_compile` / `accumulate_steps` / `on_oom`, an
             unknown optimizer name, or a model whose variables were not created under
             `strategy`.
     """
@@ -70,6 +78,7 @@ class Trainer:
         steps_per_loop="auto",
         jit_compile="auto",
         accumulate_steps=1,
+        on_oom="raise",
     ):
         self.strategy = strategy or devices.strategy("auto")
         self.steps_per_loop = loop_size.resolve_steps_per_loop(steps_per_loop)
@@ -90,6 +99,7 @@ class Trainer:
             strategy=self.strategy,
             jit_compile=self.jit_compile,
             accumulate_steps=self.accumulate_steps,
+            on_oom=on_oom,
             evaluation_steps_per_loop=(
                 EVALUATION_STEPS_PER_LOOP if self.steps_per_loop == "auto" else self.steps_per_loop
             ),
@@ -154,6 +164,7 @@ class Trainer:
             "global_batch": global_batch,
             "accumulate_steps": k,
             "effective_global_batch": global_batch * k if global_batch else None,
+            "on_oom": _on_oom_text(self.runner),
             "drop_remainder": inputs.drops_remainder(data),
             "dtype_policy": policy,
             "loss_scale": settings.loss_scale_of(self.optimizer) or "none",
@@ -288,6 +299,12 @@ class Trainer:
         arguments.check_steps("steps", steps)
         self._prepare(data, steps, "evaluation")
         return self.runner.evaluate(iter(inputs.distribute(self.strategy, data)), steps)
+
+
+def _on_oom_text(runner: Runner) -> str:
+    if runner.micro_batches == 1:
+        return runner.on_oom
+    return f"accumulate: {runner.micro_batches} micro-batches per batch"
 
 
 def _steps_text(steps: int | None, accumulate_steps: int):
