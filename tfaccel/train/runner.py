@@ -212,7 +212,8 @@ class Runner:
         """What a failed step may have changed before running out of memory."""
         metrics = [self.loss_tracker, self.loop_loss, *self.metrics]
         counters = [self.step, self.optimizer.iterations]
-        return counters + list(self.model.non_trainable_variables) + [v for m in metrics for v in m.variables]
+        variables = [v for m in metrics for v in m.variables]
+        return counters + list(self.model.non_trainable_variables) + variables
 
     def _global_batch(self, batch) -> int:
         first = tf.nest.flatten(batch)[0]
