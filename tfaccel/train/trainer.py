@@ -1,5 +1,10 @@
 """The Trainer: a small outer loop (epochs, evaluation, callbacks) over a multi-step inner loop.
 
+`Trainer` resolves the arguments, checks the inputs and prints the settings table; the
+inner loop and its state are a `runner.Runner` (`trainer.runner`), and `fit`'s outer
+loop is a `fit_loop.FitLoop` that sees the runner only through
+`runner_interface.RunnerInterface`.
+
 Example:
     >>> strategy = tfaccel.devices.strategy("auto")                 # doctest: +SKIP
     >>> trainer = tfaccel.Trainer(build_model, optimizer=keras.optimizers.Adam,
