@@ -40,7 +40,7 @@ def drive(sizer, overhead, step, clip=None):
 def test_two_probe_sizes_recover_overhead_and_step_time():
     sizer = LoopSizer("auto")
     asked = drive(sizer, overhead=0.004, step=0.001)
-    assert asked == [1, 1, 20, 1, 20, 1, 20]  # warm-up, then 1 and a ~0.1 s probe alternate
+    assert asked == [1, 1] + [20, 1] * 4 + [20]  # warm-up, then 1 and a ~0.1 s probe alternate
     assert sizer.overhead_s == pytest.approx(0.004) and sizer.step_s == pytest.approx(0.001)
     assert sizer.chosen == 197
     text = sizer.describe(steps_per_epoch=1000)

@@ -19,8 +19,8 @@ import math
 OVERHEAD_TARGET = 0.02  # host overhead as a fraction of a call's time
 CALLBACK_INTERVAL_S = 2.0  # a call (and so a batch callback) at least this often
 PROBE_CALL_S = 0.1  # the larger probe's call lasts about this long
-REPEATS = 3  # timed calls at each probe size (the fastest counts)
-PROBE_MIN, PROBE_MAX = 4, 256
+REPEATS = 5  # timed calls at each probe size (the fastest counts: noise only slows down)
+PROBE_MIN, PROBE_MAX = 2, 256
 
 
 def resolve_steps_per_loop(value):
