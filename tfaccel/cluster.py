@@ -4,6 +4,8 @@ Kubernetes (Kubeflow TFJob), Vertex AI, Ray Train and `tfaccel launch` describe 
 cluster in `TF_CONFIG`; Slurm describes it in `SLURM_*` variables, whose node list
 `scontrol show hostnames` expands. `detect` reads both (TF_CONFIG wins) and
 `tfaccel.devices.strategy("auto")` builds a `MultiWorkerMirroredStrategy` from the result.
+This module owns `TF_CONFIG`'s validation (`read_tf_config`) and `DeviceConfigError`;
+`devices` imports them from here (never the other way round).
 
 Example:
     >>> info = tfaccel.cluster.detect()          # doctest: +SKIP
@@ -14,6 +16,7 @@ Example:
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import re
 import subprocess
@@ -21,12 +24,62 @@ import warnings
 
 import tensorflow as tf
 
-from tfaccel.devices import DeviceConfigError, read_tf_config
-
 SOURCES = ("TF_CONFIG", "Slurm", "none")
 PORT_BASE_VARIABLE = "TFACCEL_SLURM_PORT_BASE"
 DEFAULT_PORT_BASE = 8888  # SlurmClusterResolver's default
 _WORKER_TYPES = ("chief", "worker")
+
+
+class DeviceConfigError(RuntimeError):
+    """The requested device configuration cannot be applied on this machine now."""
+
+
+def read_tf_config(environ: dict | None = None) -> dict | None:
+    """Parses and validates `TF_CONFIG`; returns None when it is unset or empty.
+
+    Raises:
+        DeviceConfigError: not JSON, no `task`, a cluster that is not a mapping of
+            task type to a list of "host:port", or a task not in the cluster.
+    """
+    raw = (os.environ if environ is None else environ).get("TF_CONFIG", "")
+    if not raw.strip():
+        return None
+    try:
+        config = json.loads(raw)
+    except json.JSONDecodeError as error:
+        raise DeviceConfigError(f"TF_CONFIG is not valid JSON ({error}): {raw[:200]!r}") from None
+    if not isinstance(config, dict) or not isinstance(config.get("task"), dict):
+        raise DeviceConfigError(
+            'TF_CONFIG has no "task" entry; expected e.g. {"cluster": {"worker": '
+            '["host0:port", "host1:port"]}, "task": {"type": "worker", "index": 0}}.'
+        )
+    cluster = config.get("cluster") or {}
+    if not isinstance(cluster, dict):
+        raise DeviceConfigError(
+            f'TF_CONFIG "cluster" must be a mapping from task type to addresses, got a '
+            f"{type(cluster).__name__}: {cluster!r}. Write e.g. "
+            '{"cluster": {"worker": ["host0:port", "host1:port"]}, ...}.'
+        )
+    for kind, addresses in cluster.items():
+        if not isinstance(addresses, list) or not all(isinstance(a, str) for a in addresses):
+            raise DeviceConfigError(
+                f'TF_CONFIG cluster["{kind}"] must be a list of "host:port" strings, got '
+                f'{addresses!r}. Write e.g. "{kind}": ["host0:2222", "host1:2222"] '
+                "(a list even for one address)."
+            )
+    task_type, index = config["task"].get("type"), config["task"].get("index")
+    members = cluster.get(task_type)
+    if not isinstance(members, list) or not members:
+        raise DeviceConfigError(
+            f"TF_CONFIG task type {task_type!r} is not in its cluster "
+            f"(cluster has {sorted(cluster)}): this task is not one of the workers."
+        )
+    if not isinstance(index, int) or not 0 <= index < len(members):
+        raise DeviceConfigError(
+            f"TF_CONFIG task index {index!r} is out of range: cluster[{task_type!r}] "
+            f"lists {len(members)} address(es) (indices 0..{len(members) - 1})."
+        )
+    return config
 
 
 class ClusterMismatchWarning(UserWarning):

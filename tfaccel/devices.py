@@ -13,7 +13,6 @@ Example:
 from __future__ import annotations
 
 import dataclasses
-import json
 import numbers
 import os
 import socket
@@ -22,14 +21,11 @@ from typing import Any
 
 import tensorflow as tf
 
-from tfaccel import shared_strategy
+from tfaccel import cluster, shared_strategy
+from tfaccel.cluster import DeviceConfigError, read_tf_config
 
 STRATEGY_KINDS = ("auto", "default", "one_device", "mirrored", "multi_worker")
 COLLECTIVE_TIMEOUT_S = 300.0
-
-
-class DeviceConfigError(RuntimeError):
-    """The requested device configuration cannot be applied on this machine now."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -270,8 +266,6 @@ def describe() -> dict:
 
 def _cluster_report() -> dict:
     """Where the cluster comes from (TF_CONFIG / Slurm / none), this task, the workers."""
-    from tfaccel import cluster
-
     try:
         return cluster.detect().as_dict()
     except DeviceConfigError as error:
@@ -299,54 +293,6 @@ def _no_gpu_reasons(report: dict, has_physical: bool) -> list[str]:
             f"match the build (CUDA {report['cuda_version']}, cuDNN {report['cudnn_version']})."
         )
     return reasons
-
-
-def read_tf_config(environ: dict | None = None) -> dict | None:
-    """Parses and validates `TF_CONFIG`; returns None when it is unset or empty.
-
-    Raises:
-        DeviceConfigError: not JSON, no `task`, a cluster that is not a mapping of
-            task type to a list of "host:port", or a task not in the cluster.
-    """
-    raw = (os.environ if environ is None else environ).get("TF_CONFIG", "")
-    if not raw.strip():
-        return None
-    try:
-        config = json.loads(raw)
-    except json.JSONDecodeError as error:
-        raise DeviceConfigError(f"TF_CONFIG is not valid JSON ({error}): {raw[:200]!r}") from None
-    if not isinstance(config, dict) or not isinstance(config.get("task"), dict):
-        raise DeviceConfigError(
-            'TF_CONFIG has no "task" entry; expected e.g. {"cluster": {"worker": '
-            '["host0:port", "host1:port"]}, "task": {"type": "worker", "index": 0}}.'
-        )
-    cluster = config.get("cluster") or {}
-    if not isinstance(cluster, dict):
-        raise DeviceConfigError(
-            f'TF_CONFIG "cluster" must be a mapping from task type to addresses, got a '
-            f"{type(cluster).__name__}: {cluster!r}. Write e.g. "
-            '{"cluster": {"worker": ["host0:port", "host1:port"]}, ...}.'
-        )
-    for kind, addresses in cluster.items():
-        if not isinstance(addresses, list) or not all(isinstance(a, str) for a in addresses):
-            raise DeviceConfigError(
-                f'TF_CONFIG cluster["{kind}"] must be a list of "host:port" strings, got '
-                f'{addresses!r}. Write e.g. "{kind}": ["host0:2222", "host1:2222"] '
-                "(a list even for one address)."
-            )
-    task_type, index = config["task"].get("type"), config["task"].get("index")
-    members = cluster.get(task_type)
-    if not isinstance(members, list) or not members:
-        raise DeviceConfigError(
-            f"TF_CONFIG task type {task_type!r} is not in its cluster "
-            f"(cluster has {sorted(cluster)}): this task is not one of the workers."
-        )
-    if not isinstance(index, int) or not 0 <= index < len(members):
-        raise DeviceConfigError(
-            f"TF_CONFIG task index {index!r} is out of range: cluster[{task_type!r}] "
-            f"lists {len(members)} address(es) (indices 0..{len(members) - 1})."
-        )
-    return config
 
 
 def strategy(
@@ -386,7 +332,6 @@ def strategy(
             Slurm variables, `multi_worker` with neither TF_CONFIG nor Slurm, or
             (multi_worker) this task's port already in use on this machine.
     """
-    from tfaccel import cluster  # cluster builds on this module's TF_CONFIG checks
 
     if kind not in STRATEGY_KINDS:
         raise ValueError(f"Unknown strategy kind {kind!r}; expected one of {STRATEGY_KINDS}.")

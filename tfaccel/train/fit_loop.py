@@ -11,6 +11,10 @@ new iterator each epoch and, on resume, restart the interrupted epoch.
 Epoch boundaries. A save that lands on an epoch's last step waits until the epoch
 is finished (validation run, epoch counter advanced), so it belongs to that epoch:
 a resumed run never logs an epoch of zero steps.
+
+The inner loop is a runner (`runner_interface.RunnerInterface`; the Trainer's is
+`runner.Runner`): this module asks it for n steps, its logs, its position and its
+checkpoint items, and reads nothing else of it — no variable, metric or step function.
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ from tfaccel.data import fingerprint
 from tfaccel.train import accumulation, hyperparameters, inputs
 from tfaccel.train.checkpoint import ITERATOR_KEYS, POSITION_KEYS, RESUME_MODES, CheckpointState
 from tfaccel.train.faults import PreemptionWatcher, TrainingDivergedError
+from tfaccel.train.loop_size import LoopSizer
 from tfaccel.train.progress import ProgressBar
 
 logger = logging.getLogger("tfaccel")
@@ -45,9 +50,10 @@ class FitLoop:
 
     def __init__(
         self,
-        trainer,
+        runner,
         train_data,
         *,
+        steps_per_loop,
         epochs,
         steps_per_epoch,
         validation_data,
@@ -69,7 +75,9 @@ class FitLoop:
                 isinstance(value, bool) or not isinstance(value, int) or value < least
             ):
                 raise ValueError(f"{name} must be an integer >= {least}, got {value!r}.")
-        self.t = trainer
+        self.runner = runner
+        self.sizer = steps_per_loop if isinstance(steps_per_loop, LoopSizer) else None
+        self.sizer = self.sizer or LoopSizer(steps_per_loop)
         self.epochs = epochs
         self.initial_epoch = initial_epoch  # where a run without a checkpoint starts
         self.validation_steps = validation_steps
@@ -89,19 +97,19 @@ class FitLoop:
             train_data = inputs.repeat(train_data)
             self.endless = True
         # With gradient accumulation the loop counts applied steps of k batches each.
-        self.accumulate = trainer.accumulate_steps
+        self.accumulate = runner.batches_per_step
         steps_per_epoch = accumulation.applied_steps(steps_per_epoch, self.accumulate)
         self.steps_per_epoch = steps_per_epoch
         self.train_data = train_data
         self.val_dataset = None
         if validation_data is not None:
-            self.val_dataset = inputs.distribute(trainer.strategy, validation_data)
+            self.val_dataset = inputs.distribute(runner.strategy, validation_data)
 
         self.callbacks = keras.callbacks.CallbackList(
             list(callbacks) + ([ProgressBar()] if verbose else []),
             add_history=True,
             add_progbar=False,
-            model=trainer.model,
+            model=runner.model,
             verbose=verbose,
             epochs=epochs,
             steps=steps_per_epoch,
@@ -120,10 +128,8 @@ class FitLoop:
         self.run_shape = {
             "global_batch": global_batch,
             "steps_per_epoch": steps_per_epoch,
-            "optimizer": trainer.optimizer_type(),
-            "accumulate_steps": self.accumulate,
+            **runner.run_shape(),  # optimizer type and hyperparameters, accumulate_steps
             "dataset": fingerprint.describe_spec(sample),
-            "hyperparameters": hyperparameters.of(trainer.optimizer),
         }
         if checkpoint_dir is not None:
             identity = fingerprint.of_dataset(sample)
@@ -136,13 +142,15 @@ class FitLoop:
                     identity.how,
                 )
             self.ckpt = CheckpointState(
-                checkpoint_dir, trainer.strategy, keep, **trainer.checkpoint_objects()
+                checkpoint_dir, runner.strategy, keep, **runner.checkpoint_items()
             )
         self.bad_loops = 0
         self.last_saved = None
         self.saveable = False
         self.save_at_epoch_end = False
         self.preempt_at_epoch_end = False
+        self.preempted = False
+        self.notes: dict = {}  # additions to the settings table (what changed on resume)
 
     def close(self) -> None:
         """Releases the checkpoint directory; `fit` calls it however it ends."""
@@ -159,11 +167,11 @@ class FitLoop:
         """
         data = self.train_data
         if resumed_steps:
-            data = inputs.skip(data, resumed_steps * self.accumulate, self.t.strategy)
-        iterator = iter(inputs.distribute(self.t.strategy, data, endless=self.endless))
+            data = inputs.skip(data, resumed_steps * self.accumulate, self.runner.strategy)
+        iterator = iter(inputs.distribute(self.runner.strategy, data, endless=self.endless))
         # A worker's own shard (inputs.local_shard) must not be restored from the chief's.
         trackable = isinstance(iterator, tf.__internal__.tracking.Trackable) and not isinstance(
-            self.t.strategy, tf.distribute.MultiWorkerMirroredStrategy
+            self.runner.strategy, tf.distribute.MultiWorkerMirroredStrategy
         )
         self.saveable = self.ckpt is not None and self.stream and trackable
         if self.saveable:
@@ -177,24 +185,22 @@ class FitLoop:
         path = None
         if self.ckpt is not None:
             # The optimizer's state comes from the checkpoint; its hyperparameters are the user's.
-            with hyperparameters.kept(self.t.optimizer):
+            with self.runner.restoring():
                 path = self.ckpt.restore(self.run_shape, self.resume)
         if path is None:
-            self.t.epoch.assign(self.initial_epoch)
-            self.t.epoch_step.assign(0)
+            self.runner.set_position(epoch=self.initial_epoch, epoch_step=0)
             return 0
         done = self._position_after_restore()
         self._announce_resume(path)
         return done
 
     def _announce_resume(self, path: str) -> None:
-        epoch, in_epoch = int(self.t.epoch.numpy()), int(self.t.epoch_step.numpy())
+        step, epoch, in_epoch = self.runner.position
         where = f"epoch {epoch + 1}/{self.epochs}, step {in_epoch} of it"
         if epoch >= self.epochs:
             where = f"all {self.epochs} epochs done; raise epochs to train on"
         message = (
-            f"Resumed from {os.path.basename(path)} in {self.ckpt.directory}: "
-            f"step {int(self.t.step.numpy())}, {where}."
+            f"Resumed from {os.path.basename(path)} in {self.ckpt.directory}: step {step}, {where}."
         )
         changed = {}
         if "optimizer" not in self.ckpt.changed:
@@ -202,7 +208,7 @@ class FitLoop:
             changed = hyperparameters.changes(saved, self.run_shape["hyperparameters"])
         if changed:
             text = hyperparameters.describe(changed)
-            self.t.settings["changed since the checkpoint"] = text
+            self.notes["changed since the checkpoint"] = text
             message += f" Optimizer settings of this run, not the checkpoint's: {text}."
         if self.ckpt.new_metrics:
             message += (
@@ -216,32 +222,30 @@ class FitLoop:
 
     def _position_after_restore(self) -> int:
         """Sets the epoch and step within it after a restore; returns the steps done."""
-        epoch, in_epoch = int(self.t.epoch.numpy()), int(self.t.epoch_step.numpy())
+        step, epoch, in_epoch = self.runner.position
         changed = self.ckpt.changed
         if "optimizer" in changed:
-            self.t.optimizer.iterations.assign(self.t.step)
+            self.runner.restart_optimizer()
         if any(key in changed for key in POSITION_KEYS):
             # resume="force": the data continues after the examples already trained on
             # (skipped), while the interrupted epoch's step count starts again at 0.
-            self.t.reset_metrics()
-            self.t.epoch.assign(epoch)
-            self.t.epoch_step.assign(0)
+            self.runner.reset_metrics()
+            self.runner.set_position(epoch=epoch, epoch_step=0)
             batch = self.run_shape["global_batch"]
             old, new = changed.get("global_batch", (batch, batch))
             old_k, new_k = changed.get("accumulate_steps", (self.accumulate, self.accumulate))
-            step = int(self.t.step.numpy())
             if not (old and new):
                 return step
             return -(-step * old * old_k // (new * new_k))  # applied steps of the new shape
         if self.steps_per_epoch is not None and in_epoch >= self.steps_per_epoch:
             epoch, in_epoch = epoch + 1, 0  # a checkpoint of a finished epoch's last step
-        self.t.epoch.assign(epoch)
-        self.t.epoch_step.assign(in_epoch)
+        self.runner.set_position(epoch=epoch, epoch_step=in_epoch)
         return epoch * (self.steps_per_epoch or 0) + in_epoch
 
     def _save(self) -> None:
-        step = int(self.t.step.numpy())
+        step = self.runner.position.step
         if self.ckpt is not None and self.last_saved != step:
+            self.ckpt.run_shape.value.update(self.runner.run_shape())  # e.g. an on_oom split
             self.ckpt.save(step)
             self.last_saved = step
 
@@ -253,19 +257,19 @@ class FitLoop:
         done_in_run = self._restore()
         if self.stream and done_in_run and (not self.saveable or self._iterator_not_restored()):
             iterator = self._iterator(done_in_run)
-        self.last_saved = int(self.t.step.numpy()) if done_in_run else None
-        start_epoch = int(self.t.epoch.numpy())
+        step, start_epoch, in_epoch = self.runner.position
+        self.last_saved = step if done_in_run else None
         # Without a stream (unknown length) an interrupted epoch restarts from its start.
-        skip_in_epoch = int(self.t.epoch_step.numpy()) if self.stream else 0
-        self.t.model.stop_training = False
+        skip_in_epoch = in_epoch if self.stream else 0
+        self.runner.model.stop_training = False
         self.callbacks.on_train_begin()
         epoch_logs = {}
-        with PreemptionWatcher(self.t.strategy) as watcher:
+        with PreemptionWatcher(self.runner.strategy) as watcher:
             self.watcher = watcher
             for epoch in range(start_epoch, self.epochs):
                 first = skip_in_epoch if epoch == start_epoch else 0
                 if not first:
-                    self.t.reset_metrics()
+                    self.runner.reset_metrics()
                 self.callbacks.on_epoch_begin(epoch)
                 if not self.stream:
                     iterator = self._iterator()
@@ -275,13 +279,12 @@ class FitLoop:
                     break
                 if status == "preempted":
                     return self._stop_for_preemption(epoch_logs)
-                epoch_logs = self.t.logs()
+                epoch_logs = self.runner.epoch_logs()
                 if self.val_dataset is not None:
-                    val_logs = self.t.evaluate_distributed(self.val_dataset, self.validation_steps)
+                    val_logs = self.runner.evaluate(iter(self.val_dataset), self.validation_steps)
                     epoch_logs.update({f"val_{k}": v for k, v in val_logs.items()})
                 if status == "done":
-                    self.t.epoch.assign(epoch + 1)
-                    self.t.epoch_step.assign(0)
+                    self.runner.set_position(epoch=epoch + 1, epoch_step=0)
                     if self.checkpoint_every == "epoch" or self.save_at_epoch_end:
                         self._save()
                 self.save_at_epoch_end = False
@@ -291,47 +294,54 @@ class FitLoop:
                 if status == "exhausted":
                     self._warn_exhausted()
                     break
-                if self.t.model.stop_training:
+                if self.runner.model.stop_training:
                     break
             self._save()
         self.callbacks.on_train_end(epoch_logs)
-        return self.t.model.history
+        return self.runner.model.history
 
     def _loop_size(self, done: int) -> int:
-        want = self.t.steps_per_loop
+        want = self.sizer.next()
         if self.steps_per_epoch is not None:
             want = min(want, self.steps_per_epoch - done)
         if isinstance(self.checkpoint_every, int) and self.ckpt is not None:
-            step = int(self.t.step.numpy())
+            step = self.runner.position.step
             want = min(want, self.checkpoint_every - step % self.checkpoint_every)
         return want
 
     def _train_epoch(self, iterator, done: int) -> str:
         """Runs one epoch of loops; returns "done", "stopped", "exhausted" or "preempted"."""
-        t = self.t
-        count_before = float(t.loss_tracker.count.numpy())
+        runner = self.runner
         while self.steps_per_epoch is None or done < self.steps_per_epoch:
             want = self._loop_size(done)
+            began = time.perf_counter()  # a call's whole host cost: callbacks and logs too
             self.callbacks.on_train_batch_begin(done)
-            t.loop_loss.reset_state()
-            start = time.perf_counter()
-            ran = t.run_loop(t.loops.train_loop, iterator, want)
-            elapsed = time.perf_counter() - start
+            # Logs, loop loss, example count and the stop vote: one collective per loop.
+            result = runner.train(
+                iterator, want, stop_flag=self.watcher.signal_received is not None
+            )
+            ran = result.steps
+            if result.note:
+                self._announce_out_of_memory(result.note)
             if ran == 0:
                 if self.steps_per_epoch is not None:
                     return "exhausted"
                 return "empty" if done == 0 else "done"
             done += ran
-            t.epoch_step.assign(done)
-            self._check_finite_weights()
-            # Logs, loop loss, example count and the stop vote: one collective per loop.
-            logs, loop_loss, count, stop = t.loop_logs(self.watcher.signal_received is not None)
-            examples, count_before = count - count_before, count
-            self._check_divergence(loop_loss)
+            runner.set_position(epoch_step=done)
+            step = runner.position.step
+            if result.nonfinite is not None:
+                self._restore_last_good()
+                raise TrainingDivergedError(step, variable=result.nonfinite)
+            self._check_divergence(result.loop_loss, step)
+            logs = dict(result.logs)
             logs["steps"] = ran
-            logs["examples_per_second"] = examples / elapsed if elapsed > 0 else 0.0
+            logs["examples_per_second"] = (
+                result.examples / result.seconds if result.seconds > 0 else 0.0
+            )
             self.callbacks.on_train_batch_end(done - 1, logs)
-            step = int(t.step.numpy())
+            if self.sizer.record(want, ran, time.perf_counter() - began):
+                self._announce_loop_size()
             epoch_end = self.steps_per_epoch is not None and done >= self.steps_per_epoch
             if (
                 isinstance(self.checkpoint_every, int)
@@ -344,6 +354,7 @@ class FitLoop:
                     self._save()
             # One worker alone asks its flag now (a signal sent by a callback counts); workers
             # of a cluster use the vote taken with the logs (a later signal counts next loop).
+            stop = result.stop_vote
             if stop is None or not self.watcher.multi_worker:
                 stop = self.watcher.should_stop()
             if stop:
@@ -354,47 +365,51 @@ class FitLoop:
                 return "exhausted" if self.steps_per_epoch is not None else "done"
             if epoch_end or self.preempt_at_epoch_end:
                 return "done"
-            if t.model.stop_training:
+            if runner.model.stop_training:
                 return "stopped"
         return "done"
-
-    def _check_finite_weights(self) -> None:
-        """Raises `TrainingDivergedError` when the last loop left a non-finite weight."""
-        index = int(self.t.loops.first_nonfinite.numpy())
-        if index < 0:
-            return
-        variable = self.t.model.trainable_variables[index]
-        name = getattr(variable, "path", None) or variable.name
-        step = int(self.t.step.numpy())
-        self._restore_last_good()
-        raise TrainingDivergedError(step, variable=name)
 
     def _restore_last_good(self) -> None:
         """restore_on_divergence: back to this run's last checkpoint, if it has one."""
         if self.restore_on_divergence and self.ckpt is not None and self.ckpt.latest:
-            self.ckpt.restore(self.run_shape, "force" if self.resume == "force" else "auto")
+            with self.runner.restoring():
+                self.ckpt.restore(self.run_shape, "force" if self.resume == "force" else "auto")
 
     def _iterator_not_restored(self) -> bool:
         changed = self.ckpt.changed if self.ckpt is not None else {}
         return any(key in changed for key in ITERATOR_KEYS)
 
-    def _check_divergence(self, loop_loss: float) -> None:
+    def _announce_out_of_memory(self, note: str) -> None:
+        self.notes["on_oom"] = f"accumulate: {note}"
+        logger.warning(note)
+        if self.verbose:
+            print(note)
+
+    def _announce_loop_size(self) -> None:
+        text = self.sizer.describe(self.steps_per_epoch)
+        self.notes["steps_per_loop"] = text
+        message = f"steps_per_loop: {text}"
+        if self.verbose:
+            print(message)
+        else:
+            logger.info(message)
+
+    def _check_divergence(self, loop_loss: float, step: int) -> None:
         if math.isfinite(loop_loss):
             self.bad_loops = 0
             return
         self.bad_loops += 1
         if self.bad_loops >= self.divergence_loops:
-            step = int(self.t.step.numpy())
             self._restore_last_good()
             raise TrainingDivergedError(step, self.bad_loops, loop_loss)
 
     def _stop_for_preemption(self, epoch_logs):
         self._save()
-        self.t.preempted = True
+        self.preempted = True
         self.callbacks.on_train_end(epoch_logs)
         if self.exit_on_preemption:
             raise SystemExit(0)
-        return self.t.model.history
+        return self.runner.model.history
 
     def _no_batch(self, epoch: int, trained: bool) -> None:
         """An epoch of data of unknown length yielded nothing: an error, or the end."""
@@ -415,7 +430,7 @@ class FitLoop:
 
     def _warn_exhausted(self):
         warnings.warn(
-            f"The training data ran out after {int(self.t.step.numpy())} steps, before "
+            f"The training data ran out after {self.runner.position.step} steps, before "
             f"{self.epochs} epochs of {self.steps_per_epoch} steps; add .repeat() to the "
             "dataset or lower steps_per_epoch.",
             stacklevel=4,

@@ -5,17 +5,6 @@ from __future__ import annotations
 import keras
 import tensorflow as tf
 
-AUTO_STEPS_PER_LOOP = 100
-
-
-def resolve_steps_per_loop(value) -> int:
-    """`"auto"` → enough steps per `tf.function` call to hide Python overhead."""
-    if value == "auto":
-        return AUTO_STEPS_PER_LOOP
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"steps_per_loop must be an integer >= 1 or 'auto', got {value!r}.")
-    return value
-
 
 def unsupported_jit_layers(model) -> list[str]:
     """Names of the model (e.g. a `PipelineModel`) or its layers with `supports_jit = False`."""

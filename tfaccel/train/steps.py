@@ -29,6 +29,13 @@ class StepLoops:
     accumulators, and the optimizer applies `sum / examples` once — the gradient of
     the mean loss over all k batches, exact for uneven batches too. The all-reduce
     (inside `optimizer.apply`) and the loss-scale update happen once per applied step.
+
+    Micro-batches (`micro_batches=m > 1`, the Trainer's answer to running out of
+    memory): each replica cuts its batch into m parts and adds each part's gradient of
+    `sum of its per-example losses / G + regularisation / (replicas × m)`, times G, to
+    the same accumulators (G: the whole batch's global size); the applied gradient is
+    then the whole batch's, exactly. BatchNormalization sees each part's statistics
+    (and updates its moving statistics once per part).
     """
 
     def __init__(
@@ -44,6 +51,7 @@ class StepLoops:
         step_counter,
         jit_compile: bool,
         accumulate_steps: int = 1,
+        micro_batches: int = 1,
     ):
         self.model = model
         self.optimizer = optimizer
@@ -57,29 +65,30 @@ class StepLoops:
         # Index of the first non-finite trainable variable after the last train loop, or -1.
         self.first_nonfinite = tf.Variable(-1, dtype=tf.int32, trainable=False)
         self.accumulate_steps = accumulate_steps
+        self.micro_batches = micro_batches
         replica_train = tf.function(self._train_step, jit_compile=True) if jit_compile else None
         self._replica_train = replica_train or self._train_step
         self.train_loop = tf.function(self._train_loop)
-        if accumulate_steps > 1:
+        if accumulate_steps > 1 or micro_batches > 1:
             self._create_accumulators()
-            step = self._accumulate_step
+            step = self._accumulate_step if micro_batches == 1 else self._accumulate_micro
             self._replica_accumulate = tf.function(step, jit_compile=True) if jit_compile else step
             self.train_loop = tf.function(self._accumulating_train_loop)
         self.test_loop = tf.function(self._test_loop)
+        self.held_step = tf.function(self._held_step)
 
-    def _forward(self, data, training: bool):
+    def _forward(self, data, training: bool, global_batch=None, parts: int = 1):
+        """The replica's loss; `global_batch`/`parts`: a part of a batch of that global size."""
         x, y, sample_weight = unpack(data)
         y_pred = self.model(x, training=training)
         per_example = self.loss(y, y_pred, sample_weight)
         local = tf.shape(per_example)[0]
-        context = tf.distribute.get_replica_context()
-        if per_example.shape[0] is not None:  # every batch full: no collective needed
-            global_batch = per_example.shape[0] * context.num_replicas_in_sync
-        else:  # a partial batch may be split unevenly: sum the replicas' sizes
-            global_batch = context.all_reduce("SUM", local)
+        if global_batch is None:
+            global_batch = _global_batch(per_example)
         loss = tf.nn.compute_average_loss(per_example, global_batch_size=global_batch)
         if self.model.losses:
-            loss += tf.nn.scale_regularization_loss(tf.add_n(self.model.losses))
+            regularization = tf.nn.scale_regularization_loss(tf.add_n(self.model.losses))
+            loss += regularization / parts
         # This replica's share of the global mean, weighted so that the sum over
         # replicas of value * weight / global_batch is the global loss.
         global_f = tf.cast(global_batch, tf.float32)
@@ -93,10 +102,10 @@ class StepLoops:
             metric.update_state(y, y_pred, sample_weight if weighted else None)
         return loss, global_f
 
-    def _gradients(self, data):
+    def _gradients(self, data, global_batch=None, parts: int = 1):
         variables = self.model.trainable_variables
         with tf.GradientTape() as tape:
-            loss, global_batch = self._forward(data, training=True)
+            loss, global_batch = self._forward(data, True, global_batch, parts)
             scaled = self.optimizer.scale_loss(loss)
         return tape.gradient(scaled, variables), global_batch
 
@@ -127,11 +136,51 @@ class StepLoops:
 
     def _accumulate_step(self, data):
         grads, global_batch = self._gradients(data)
+        self._add_gradients(grads, global_batch)
+        self._examples.assign_add(global_batch)
+
+    def _add_gradients(self, grads, global_batch):
         for total, grad in zip(self._grad_sums, grads, strict=True):
             if grad is not None:
                 grad = tf.convert_to_tensor(grad)  # IndexedSlices from embeddings
                 total.assign_add(grad * tf.cast(global_batch, grad.dtype))
-        self._examples.assign_add(global_batch)
+
+    def _accumulate_micro(self, data):
+        """One batch as `micro_batches` parts, accumulated as the whole batch's gradient."""
+        m = self.micro_batches
+        first = tf.nest.flatten(data)[0]
+        local, static = tf.shape(first)[0], first.shape[0]
+        global_batch = _global_batch(first)
+        weight = tf.cast(global_batch, tf.float32)
+        size = (local + m - 1) // m  # the last part may be smaller
+        for i in tf.range(m):
+            if static is not None and static % m == 0:  # equal static parts (XLA-friendly)
+                part = tf.nest.map_structure(lambda t, i=i: _equal_part(t, i, m), data)
+            else:
+                start = tf.minimum(i * size, local)
+                end = tf.minimum(start + size, local)
+                part = tf.nest.map_structure(lambda t, a=start, b=end: t[a:b], data)
+            grads, _ = self._gradients(part, global_batch, m)
+            self._add_gradients(grads, weight)
+        self._examples.assign_add(weight)
+
+    def _held_step(self, batches):
+        """One applied step over `batches` (held by the caller, so it can retry them)."""
+        accumulating = hasattr(self, "_grad_sums")
+        step = self._replica_accumulate if accumulating else self._replica_train
+        for batch in batches:
+            self.strategy.run(step, args=(batch,))
+        if accumulating:
+            self.strategy.run(self._apply_accumulated)
+        self.step_counter.assign_add(1)
+        self.first_nonfinite.assign(self._first_nonfinite())
+
+    def clear_accumulators(self) -> None:
+        """Zeroes what a failed step may have accumulated."""
+        for total in getattr(self, "_grad_sums", []):
+            total.assign(tf.zeros_like(total))
+        if hasattr(self, "_examples"):
+            self._examples.assign(0.0)
 
     def _apply_accumulated(self):
         # Every replica counted the same global batches, so its local count is the total.
@@ -201,6 +250,21 @@ class StepLoops:
 
     def _test_loop(self, iterator, num_steps):
         return self._run_steps(self._test_step, iterator, num_steps)
+
+
+def _equal_part(tensor, index, parts: int):
+    """Part `index` of `parts` equal parts of a tensor with a static leading size."""
+    size = tensor.shape[0] // parts
+    split = tf.reshape(tensor, tf.concat([[parts, size], tf.shape(tensor)[1:]], axis=0))
+    return tf.ensure_shape(split[index], [size, *tensor.shape[1:]])
+
+
+def _global_batch(per_example):
+    """The step's global batch: static when every batch is full, else summed over replicas."""
+    context = tf.distribute.get_replica_context()
+    if per_example.shape[0] is not None:  # every batch full: no collective needed
+        return per_example.shape[0] * context.num_replicas_in_sync
+    return context.all_reduce("SUM", tf.shape(per_example)[0])  # a partial batch may be uneven
 
 
 def explain_xla_error(error: Exception, model) -> str:

@@ -1,5 +1,10 @@
 """The Trainer: a small outer loop (epochs, evaluation, callbacks) over a multi-step inner loop.
 
+`Trainer` resolves the arguments, checks the inputs and prints the settings table; the
+inner loop and its state are a `runner.Runner` (`trainer.runner`), and `fit`'s outer
+loop is a `fit_loop.FitLoop` that sees the runner only through
+`runner_interface.RunnerInterface`.
+
 Example:
     >>> strategy = tfaccel.devices.strategy("auto")                 # doctest: +SKIP
     >>> trainer = tfaccel.Trainer(build_model, optimizer=keras.optimizers.Adam,
@@ -23,14 +28,14 @@ from tfaccel.train import (
     array_inputs,
     compiled,
     inputs,
+    loop_size,
     remainder,
     saving,
     settings,
 )
 from tfaccel.train.fit_loop import FitLoop
-from tfaccel.train.loop_stats import LoopStats
 from tfaccel.train.losses import PerExampleLoss, resolve_metrics
-from tfaccel.train.steps import StepLoops, explain_xla_error
+from tfaccel.train.runner import EVALUATION_STEPS_PER_LOOP, Runner
 
 logger = logging.getLogger("tfaccel")
 
@@ -55,8 +60,11 @@ class Trainer:
             `loss_weights`; also one in a list or a dict keyed by the output's name).
         weighted_metrics: metrics that use the sample and class weights.
         strategy: a `tf.distribute.Strategy`; None → `tfaccel.devices.strategy("auto")`.
-        steps_per_loop: steps per `tf.function` call, or "auto" (100, clipped to the
-            epoch). Callbacks' batch hooks fire once per loop.
+        steps_per_loop: steps per `tf.function` call, or "auto": measured on the first
+            loops, the fewest steps that keep the host overhead of a call under 2 % of
+            it, at most 2 s a call (the settings table shows n and the overhead). Always
+            clipped to the epoch and to checkpoint boundaries. Callbacks' batch hooks
+            fire once per loop; the numbers do not depend on n.
         jit_compile: True, False or "auto" (XLA on a single GPU when every layer
             supports it; never on CPU, where it is slower).
         accumulate_steps: sum the gradients of this many consecutive batches on each
@@ -64,11 +72,19 @@ class Trainer:
             k × the dataset's global batch). Epochs, `steps_per_epoch` and
             `validation_steps` count batches; the global step, checkpoints,
             preemption and callbacks count applied steps.
+        on_oom: "raise" (default), or "accumulate": when the first training step of a
+            `fit` runs out of memory (`ResourceExhaustedError` or XLA's
+            RESOURCE_EXHAUSTED) at global batch B, the same batch is retried as
+            k = 2, 4, 8, ... micro-batches accumulated inside one step until it fits,
+            and the run goes on with k. The update equals batch B's (same loss
+            contract; BatchNormalization normalises each micro-batch with its own
+            statistics). Logged once, shown in the settings table, stored in the
+            checkpoint's run shape.
 
     Raises:
         TypeError: `model` is not a model or a function building one; `optimizer`
             is not an optimizer, its name or a function building one.
-        ValueError: bad `steps_per_loop` / `jit_compile` / `accumulate_steps`, an
+        ValueError: bad `steps_per_loop` / `jit_compile` / `accumulate_steps` / `on_oom`, an
             unknown optimizer name, no loss (neither given nor compiled), loss weights or
             metrics for several outputs, or a model built outside `strategy`'s scope that
             cannot be cloned into it (the message says how to build it there).
@@ -87,10 +103,12 @@ class Trainer:
         steps_per_loop="auto",
         jit_compile="auto",
         accumulate_steps=1,
+        on_oom="raise",
     ):
         self.strategy = strategy or arguments.default_strategy()
         shared_strategy.check_alone(self.strategy)  # one collective strategy per device
-        self.steps_per_loop = settings.resolve_steps_per_loop(steps_per_loop)
+        self.steps_per_loop = loop_size.resolve_steps_per_loop(steps_per_loop)
+        self._loop_sizer = loop_size.LoopSizer(self.steps_per_loop)  # kept across fit calls
         self.accumulate_steps = accumulation.resolve_accumulate_steps(accumulate_steps)
         with self.strategy.scope():
             setup = compiled.resolve(
@@ -110,45 +128,48 @@ class Trainer:
                 self.loss,
                 compiled.metrics_in_scope(setup.weighted_metrics, self.strategy),
             )
-            self.loss_tracker = keras.metrics.Mean(name="loss")
-            self.loop_loss = keras.metrics.Mean(name="loop_loss")  # divergence check
-            self.step = tf.Variable(
-                0,
-                dtype=tf.int64,
-                trainable=False,
-                name="global_step",
-                aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA,
-            )
-            self.epoch = tf.Variable(0, dtype=tf.int64, trainable=False, name="epoch")
-            self.epoch_step = tf.Variable(0, dtype=tf.int64, trainable=False, name="epoch_step")
-        self.model.optimizer = self.optimizer
         self.jit_compile = settings.resolve_jit_compile(jit_compile, self.model, self.strategy)
-        self.loops = None
-        self._skipped_offset = None
-        self.preempted = False
-        self.settings: dict = {}
-        self._stats = None
-
-    def _ensure_built(self, sample: tf.data.Dataset) -> None:
-        if self.loops is not None:
-            return
-        with self.strategy.scope():
-            if not self.model.built or not self.model.weights:
-                _build_symbolically(self.model, sample.element_spec[0])
-            self.optimizer.build(self.model.trainable_variables)
-        self.loops = StepLoops(
-            model=self.model,
+        # The inner loop and the state it owns; fit's outer loop sees only its interface.
+        self.runner = Runner(
+            self.model,
             optimizer=self.optimizer,
             loss=self.loss,
             metrics=self.metrics,
-            loss_tracker=self.loss_tracker,
-            loop_loss=self.loop_loss,
             strategy=self.strategy,
-            step_counter=self.step,
             jit_compile=self.jit_compile,
             accumulate_steps=self.accumulate_steps,
+            on_oom=on_oom,
+            evaluation_steps_per_loop=(
+                EVALUATION_STEPS_PER_LOOP if self.steps_per_loop == "auto" else self.steps_per_loop
+            ),
         )
-        self._skipped_offset = int(self.step.numpy()) - int(self.optimizer.iterations.numpy())
+        self.preempted = False
+        self.settings: dict = {}
+
+    # The runner's state, under the names Trainer users know.
+    step = property(lambda self: self.runner.step, doc="The global step (applied steps).")
+    epoch = property(lambda self: self.runner.epoch, doc="The epoch counter (a variable).")
+    epoch_step = property(lambda self: self.runner.epoch_step, doc="Steps into the epoch.")
+    loss_tracker = property(lambda self: self.runner.loss_tracker, doc="The running loss.")
+    skipped_steps = property(
+        lambda self: self.runner.skipped_steps,
+        doc="Steps whose gradients were not finite and were skipped by loss scaling.",
+    )
+
+    def checkpoint_objects(self) -> dict:
+        """The state a checkpoint holds: step counters, model, optimizer, metrics' running state."""
+        return self.runner.checkpoint_items()
+
+    def optimizer_type(self) -> str:
+        """The optimizer's class name, looking through loss scaling (saved in checkpoints)."""
+        return self.runner.optimizer_type()
+
+    def logs(self) -> dict:
+        """The running loss and metrics of the current epoch."""
+        return self.runner.epoch_logs()
+
+    def reset_metrics(self) -> None:
+        self.runner.reset_metrics()
 
     def _prepare(self, data, steps, what: str):
         sample = inputs.sample_dataset(data)
@@ -163,7 +184,7 @@ class Trainer:
                     f"The global batch of {batch} (drop_remainder=True) does not divide among "
                     f"{replicas} replicas. Use a batch size that is a multiple of {replicas}."
                 )
-        self._ensure_built(sample)
+        self.runner.build(sample)
         check_labels(sample, self.model, self.loss.fn)
         return batch
 
@@ -182,86 +203,15 @@ class Trainer:
             "global_batch": global_batch,
             "accumulate_steps": k,
             "effective_global_batch": global_batch * k if global_batch else None,
+            "on_oom": _on_oom_text(self.runner),
             "drop_remainder": inputs.drops_remainder(data),
             "dtype_policy": policy,
             "loss_scale": settings.loss_scale_of(self.optimizer) or "none",
             "jit_compile": self.jit_compile,
             "steps_per_epoch": _steps_text(steps_per_epoch, k),
-            "steps_per_loop": min(self.steps_per_loop, steps_per_epoch or self.steps_per_loop),
+            "steps_per_loop": self._loop_sizer.describe(steps_per_epoch),
             "devices": _device_names(self.strategy),
         }
-
-    def loop_logs(self, stop_flag: bool = False) -> tuple[dict, float, float, bool | None]:
-        """After a step loop: (logs, the loop's mean loss, examples seen, any worker stopping).
-
-        One collective for all of it (see `loop_stats.py`); the stop vote is None when
-        the metrics could not be packed (then ask the `PreemptionWatcher`).
-        """
-        if self._stats is None:
-            self._stats = LoopStats(
-                self.strategy, [self.loss_tracker, self.loop_loss, *self.metrics]
-            )
-        results, values, votes = self._stats.read(int(stop_flag))
-        logs = {"loss": results["loss"]}
-        for metric in self.metrics:
-            logs[metric.name] = results[metric.name]
-        scale = settings.loss_scale_of(self.optimizer)
-        if scale is not None:
-            logs["loss_scale"] = scale
-            logs["skipped_steps"] = self.skipped_steps
-        count = float(values[id(self.loss_tracker.count)])
-        return logs, results["loop_loss"], count, None if votes is None else votes > 0
-
-    def logs(self) -> dict:
-        logs = {"loss": float(self.loss_tracker.result())}
-        for metric in self.metrics:
-            logs[metric.name] = float(metric.result())
-        scale = settings.loss_scale_of(self.optimizer)
-        if scale is not None:
-            logs["loss_scale"] = scale
-            logs["skipped_steps"] = self.skipped_steps
-        return logs
-
-    @property
-    def skipped_steps(self) -> int:
-        """Steps whose gradients were not finite and were skipped by loss scaling."""
-        if self._skipped_offset is None:
-            return 0
-        done = int(self.step.numpy()) - int(self.optimizer.iterations.numpy())
-        return done - self._skipped_offset
-
-    def reset_metrics(self) -> None:
-        for metric in [self.loss_tracker, *self.metrics]:
-            metric.reset_state()
-
-    def run_loop(self, loop, iterator, num_steps: int) -> int:
-        try:
-            return int(loop(iterator, tf.constant(num_steps, tf.int32)))
-        except (tf.errors.InvalidArgumentError, tf.errors.UnimplementedError) as error:
-            text = str(error)
-            if self.jit_compile and ("XLA" in text or "jit" in text.lower()):
-                raise ValueError(explain_xla_error(error, self.model)) from error
-            clear = inputs.explain_step_error(error, self.loss.name)
-            if clear:
-                raise ValueError(clear) from error
-            raise
-
-    def checkpoint_objects(self) -> dict:
-        """The state a checkpoint holds: step counters, model, optimizer, metrics' running state."""
-        return {
-            "step": self.step,
-            "epoch": self.epoch,
-            "epoch_step": self.epoch_step,
-            "model": self.model,
-            "optimizer": self.optimizer,
-            # Keras 3 metrics are not trackable themselves; their variables are.
-            "metrics": {m.name: list(m.variables) for m in [self.loss_tracker, *self.metrics]},
-        }
-
-    def optimizer_type(self) -> str:
-        """The optimizer's class name, looking through loss scaling (saved in checkpoints)."""
-        inner = getattr(self.optimizer, "inner_optimizer", self.optimizer)
-        return type(inner).__name__
 
     def fit(
         self,
@@ -397,8 +347,9 @@ class Trainer:
         if validation_data is not None:
             self._prepare(validation_data, validation_steps, "validation")
         loop = FitLoop(
-            self,
+            self.runner,
             train_data,
+            steps_per_loop=self._loop_sizer,
             epochs=epochs,
             steps_per_epoch=steps_per_epoch,
             validation_data=validation_data,
@@ -430,21 +381,8 @@ class Trainer:
             return history
         finally:
             loop.close()
-
-    def evaluate_distributed(self, dataset, steps: int | None) -> dict:
-        self.reset_metrics()
-        iterator = iter(dataset)
-        done = 0
-        while steps is None or done < steps:
-            want = self.steps_per_loop if steps is None else min(self.steps_per_loop, steps - done)
-            ran = self.run_loop(self.loops.test_loop, iterator, want)
-            done += ran
-            if ran < want:
-                break
-        return {
-            "loss": float(self.loss_tracker.result()),
-            **{m.name: float(m.result()) for m in self.metrics},
-        }
+            self.settings.update(loop.notes)
+            self.preempted = loop.preempted
 
     def evaluate(
         self, x=None, y=None, batch_size: int | None = None, *, sample_weight=None, steps=None
@@ -468,7 +406,7 @@ class Trainer:
             raise ValueError("batch_size= is for arrays; the dataset is batched already.")
         data = array_inputs.evaluation_data(x, batch_size, self.strategy, y, sample_weight)
         self._prepare(data, steps, "evaluation")
-        return self.evaluate_distributed(inputs.distribute(self.strategy, data), steps)
+        return self.runner.evaluate(iter(inputs.distribute(self.strategy, data)), steps)
 
     def save(self, filepath) -> str:
         """Saves the model as a `.keras` file (architecture and weights, not compiled).
@@ -499,6 +437,12 @@ class Trainer:
         return saving.export(self.model, dirpath, self.strategy, **kwargs)
 
 
+def _on_oom_text(runner: Runner) -> str:
+    if runner.micro_batches == 1:
+        return runner.on_oom
+    return f"accumulate: {runner.micro_batches} micro-batches per batch"
+
+
 def _steps_text(steps: int | None, accumulate_steps: int):
     if not steps:
         return "until the data ends"
@@ -513,23 +457,3 @@ def _device_names(strategy: tf.distribute.Strategy) -> str:
     except RuntimeError:  # the default strategy places ops on TensorFlow's default device
         gpus = tf.config.list_logical_devices("GPU")
         return (gpus or tf.config.list_logical_devices("CPU"))[0].name
-
-
-def _build_symbolically(model: keras.Model, x_spec) -> None:
-    """Creates every variable before the optimizer is built, as `model.fit` does.
-
-    Calling the model on symbolic inputs builds what `model.build(shape)` cannot: the
-    sublayers of a subclassed model without a `build()` method (`build()` marks such a
-    model built with no weights), created on first call.
-    """
-    symbolic = tf.nest.map_structure(
-        lambda s: keras.KerasTensor(s.shape, dtype=s.dtype.name), x_spec
-    )
-    try:
-        model(symbolic)
-    except Exception as error:  # noqa: BLE001 - re-raised with what to do
-        raise ValueError(
-            f"Could not build {type(model).__name__} on inputs {x_spec}: {error}. Build the "
-            "model before training (call it once on a batch, or give it a build() method that "
-            "creates its layers' weights)."
-        ) from error

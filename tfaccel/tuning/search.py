@@ -23,7 +23,12 @@ from tfaccel.callbacks._steps import wait_for
 from tfaccel.tuning import inputs, noise_probe
 from tfaccel.tuning.budget import TimeLimit
 from tfaccel.tuning.memory import MemoryMeter, predict_mb
-from tfaccel.tuning.oom import describe_out_of_memory, is_out_of_memory, release_memory
+from tfaccel.tuning.oom import (
+    describe_out_of_memory,
+    is_out_of_memory,
+    release_memory,
+    split_until_fits,
+)
 from tfaccel.tuning.report import BatchSizeReport, ProbeRow, knee_batch_size
 
 logger = logging.getLogger("tfaccel")
@@ -438,15 +443,18 @@ def _explore(search: _Search, start, limit, mode, step: int, replicas: int) -> i
             break
         largest = batch
         batch = round_up(batch * 2)
-    if largest is None:
-        batch = failed // 2
-        while largest is None and batch >= replicas:
-            batch = round_up(batch)
-            if search.probe(batch).fits:
-                largest = batch
-            else:
-                failed = batch
-                batch //= 2
+    if largest is None:  # the first candidate did not fit: 1/2, 1/4, ... of it (shared retry)
+        first_failed = failed
+
+        def attempt(k: int) -> bool:
+            nonlocal failed
+            batch = round_up(first_failed // k)
+            fits = search.probe(batch).fits
+            failed = failed if fits else batch
+            return fits
+
+        k = split_until_fits(attempt, first_failed, replicas=replicas)
+        largest = None if k is None else round_up(first_failed // k)
         if largest is None:
             smallest = min(search.rows, key=lambda r: r.batch_size)
             memory = smallest.peak_memory_mb or smallest.predicted_memory_mb or 0.0

@@ -1,0 +1,125 @@
+"""How many steps one call of the step loop runs: `steps_per_loop`, fixed or measured.
+
+Each call of the inner loop costs a fixed host overhead (the `tf.function` dispatch,
+the one collective that reads the logs, the batch callbacks) on top of its steps. With
+`steps_per_loop="auto"` the first loops of a run measure it: after one warm-up call
+(tracing), calls of 1 step and of `n2` steps alternate (`REPEATS` each; `n2` sized so
+that its call lasts about `PROBE_CALL_S`); the fastest call at each size gives
+`T(n) = overhead + n × step`, two equations for the two unknowns. The chosen n is the
+smallest with `overhead < OVERHEAD_TARGET` (2 %) of the call's time, capped so that a
+call lasts at most `CALLBACK_INTERVAL_S` (batch callbacks stay timely). `FitLoop` then
+clips every call to the epoch's end and to checkpoint boundaries. Which steps run in
+which call never changes the numbers: a loop runs the same steps one after another.
+"""
+
+from __future__ import annotations
+
+import math
+
+OVERHEAD_TARGET = 0.02  # host overhead as a fraction of a call's time
+CALLBACK_INTERVAL_S = 2.0  # a call (and so a batch callback) at least this often
+PROBE_CALL_S = 0.1  # the larger probe's call lasts about this long
+REPEATS = 5  # timed calls at each probe size (the fastest counts: noise only slows down)
+PROBE_MIN, PROBE_MAX = 2, 256
+
+
+def resolve_steps_per_loop(value):
+    """Returns `value`: "auto" or an integer >= 1.
+
+    Raises:
+        ValueError: anything else.
+    """
+    if value == "auto":
+        return value
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(
+            f"steps_per_loop must be an integer >= 1 or 'auto' (measured: the fewest steps "
+            f"per call that keep the host overhead under {OVERHEAD_TARGET:.0%}), got {value!r}."
+        )
+    return value
+
+
+def choose(overhead_s: float, step_s: float) -> int:
+    """The smallest n with `overhead < OVERHEAD_TARGET` of `overhead + n × step`, timely."""
+    overhead_s, step_s = max(overhead_s, 0.0), max(step_s, 1e-9)
+    ratio = (1.0 - OVERHEAD_TARGET) / OVERHEAD_TARGET  # overhead < 2 %  <=>  n > 49 × o / s
+    n = math.floor(ratio * overhead_s / step_s) + 1
+    timely = max(1, math.floor((CALLBACK_INTERVAL_S - overhead_s) / step_s))
+    return max(1, min(n, timely))
+
+
+class LoopSizer:
+    """Says how many steps the next call should run, and learns it for "auto".
+
+    Args:
+        steps_per_loop: an integer, or "auto".
+    """
+
+    def __init__(self, steps_per_loop):
+        self.setting = resolve_steps_per_loop(steps_per_loop)
+        self.auto = self.setting == "auto"
+        self.chosen: int | None = None if self.auto else self.setting
+        self.overhead_s: float | None = None
+        self.step_s: float | None = None
+        self._plan: list[int] = [1, 1]  # the warm-up call, then the first timed one
+        self._samples: dict[int, list[float]] = {}
+        self._calls = 0
+
+    @property
+    def measuring(self) -> bool:
+        return self.chosen is None
+
+    def next(self) -> int:
+        """Steps for the next call, before the outer loop's clipping."""
+        if self.chosen is not None:
+            return self.chosen
+        return self._plan[0] if self._plan else 1
+
+    def record(self, asked: int, ran: int, seconds: float) -> bool:
+        """Notes a call (`asked` steps after clipping; `ran` done) of `seconds` in all.
+
+        Returns True when this call completed the measurement (`chosen` is now set).
+        """
+        if self.chosen is not None:
+            return False
+        self._calls += 1
+        if self._plan:
+            self._plan.pop(0)
+        if self._calls == 1 or ran < asked or ran < 1:
+            return False  # the warm-up call traces; a call cut short by the data is not T(n)
+        self._samples.setdefault(ran, []).append(seconds)
+        if self._calls == 2:  # the first timed call of one step sizes the larger probe
+            probe = round(PROBE_CALL_S / max(seconds, 1e-6))
+            probe = min(max(probe, PROBE_MIN), PROBE_MAX)
+            probe = min(probe, max(PROBE_MIN, math.floor(CALLBACK_INTERVAL_S / seconds)))
+            self._plan = [probe, 1] * (REPEATS - 1) + [probe]
+        if self._plan:
+            return False
+        sizes = sorted(self._samples)
+        if len(sizes) < 2:  # every call was clipped to one size: keep measuring
+            self._plan = [sizes[-1] * 2, 1]
+            return False
+        small, large = sizes[0], sizes[-1]
+        t_small, t_large = min(self._samples[small]), min(self._samples[large])
+        self.step_s = max((t_large - t_small) / (large - small), 1e-9)
+        self.overhead_s = max(t_small - small * self.step_s, 0.0)
+        self.chosen = choose(self.overhead_s, self.step_s)
+        return True
+
+    def describe(self, steps_per_epoch: int | None = None) -> str | int:
+        """The settings table's entry: the n in use and, for "auto", what was measured."""
+        if not self.auto:
+            return min(self.setting, steps_per_epoch or self.setting)
+        if self.chosen is None:
+            return "auto (measured over the first loops)"
+        loop = self.overhead_s + self.chosen * self.step_s
+        share = self.overhead_s / loop if loop > 0 else 0.0
+        clipped = (
+            f", clipped to the epoch's {steps_per_epoch}"
+            if steps_per_epoch and steps_per_epoch < self.chosen
+            else ""
+        )
+        return (
+            f"{self.chosen} (auto: host overhead {self.overhead_s * 1e3:.2f} ms per call, "
+            f"step {self.step_s * 1e3:.2f} ms: {share:.1%} of a call{clipped})"
+        )

@@ -1,0 +1,86 @@
+"""The one door between the outer loop and the inner loop.
+
+`FitLoop` (epochs, callbacks, validation, checkpoints, preemption), `tfaccel.tuning`
+and diagnostics drive training only through this interface; `tfaccel.train.runner.Runner`
+implements it with `tf.function` step loops, and tests implement it with a few lines of
+Python (no TensorFlow step at all).
+
+    runner.build(sample)                         # variables and step loops, once
+    result = runner.train(iterator, n)           # up to n optimizer steps -> LoopResult
+    logs = runner.evaluate(iterator, n)          # test steps (None: until the data ends)
+    runner.epoch_logs(); runner.reset_metrics()  # the running metrics of the epoch
+    runner.position; runner.set_position(epoch=, epoch_step=)
+    runner.checkpoint_items(); runner.run_shape()
+    with runner.restoring(): ...                 # a restore keeps this run's optimizer settings
+    runner.restart_optimizer()                   # a fresh optimizer continues at the global step
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+from typing import Any, NamedTuple, Protocol
+
+
+class Position(NamedTuple):
+    """Where training is: applied steps in all, the epoch, and applied steps within it."""
+
+    step: int
+    epoch: int
+    epoch_step: int
+
+
+@dataclasses.dataclass(frozen=True)
+class LoopResult:
+    """What one call of `train` did.
+
+    Attributes:
+        steps: optimizer steps applied (fewer than asked when the data ended; 0: none).
+        logs: the epoch's running logs after the call (loss, metrics, loss scale...).
+        loop_loss: the mean loss of this call's steps alone (divergence check).
+        examples: examples trained on in this call.
+        seconds: wall time of the call's steps.
+        stop_vote: whether any worker asked to stop (None: not voted; ask locally).
+        nonfinite: the first trainable variable holding NaN/inf after the call, or None.
+        note: a one-time message of the inner loop (e.g. an out-of-memory split), or None.
+    """
+
+    steps: int
+    logs: dict
+    loop_loss: float = float("nan")
+    examples: float = 0.0
+    seconds: float = 0.0
+    stop_vote: bool | None = None
+    nonfinite: str | None = None
+    note: str | None = None
+
+
+class RunnerInterface(Protocol):
+    """What `FitLoop` may know of the inner loop."""
+
+    strategy: Any  # the tf.distribute.Strategy the data is distributed with
+    model: Any  # the Keras model (callbacks see it; `stop_training` is read from it)
+    batches_per_step: int  # dataset batches one optimizer step reads (accumulate_steps)
+
+    def build(self, sample) -> None: ...
+
+    def train(self, iterator, num_steps: int, *, stop_flag: bool = False) -> LoopResult: ...
+
+    def evaluate(self, iterator, num_steps: int | None) -> dict: ...
+
+    def epoch_logs(self) -> dict: ...
+
+    def reset_metrics(self) -> None: ...
+
+    @property
+    def position(self) -> Position: ...
+
+    def set_position(self, *, epoch: int | None = None, epoch_step: int | None = None) -> None: ...
+
+    def checkpoint_items(self) -> dict: ...
+
+    def run_shape(self) -> dict: ...
+
+    def restoring(self) -> contextlib.AbstractContextManager: ...
+
+    def restart_optimizer(self) -> None: ...
