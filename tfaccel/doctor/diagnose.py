@@ -175,7 +175,7 @@ def _measure(job: _Job, data, batch, began, budget_s, rounds):
     # Warm-up: traces, autotuning, the first batch cached.
     runner.train(real, 1)
     runner.train(cached, 1)
-    t1 = min(measure.train_calls(runner, cached, 1, 3)[0])
+    t1 = min(measure.train_calls(runner, cached, 1, 2)[0])
     reads = iter(inputs.distribute(strategy, inputs.repeat(data)))
     read_s = min(measure.input_seconds(reads, 4, 2)) / 4
 
@@ -202,17 +202,20 @@ def _measure(job: _Job, data, batch, began, budget_s, rounds):
         grads.seconds(False, cached, 1, 1)
     matmul = peak.MatmulPeak(n=1024) if not gpus else None
     real_rounds, waits, with_ar, without_ar, reads_s = [], [], [], [], []
+    # Slow steps get fewer calls (the fastest of 2 still counts), so the budget holds.
+    ones = int(measure.agree(strategy, min(max(window / t1, 2), 5)))
+    longs = 2 if long_n * t1 > window / 2 else 3
     for _ in range(rounds):
-        host1 += measure.train_calls(runner, cached, 1, 5)[0]
-        hostn += measure.train_calls(runner, cached, long_n, 3)[0]
+        host1 += measure.train_calls(runner, cached, 1, ones)[0]
+        hostn += measure.train_calls(runner, cached, long_n, longs)[0]
         times, results = measure.train_calls(runner, real, m, real_calls)
         steps = sum(r.steps for r in results)
         real_rounds.append(sum(times) / max(steps, 1))
         if all(r.input_wait_s is not None for r in results):
             waits.append(sum(r.input_wait_s for r in results) / max(steps, 1))
         if grads is not None:
-            with_ar += grads.seconds(True, cached, long_n, 3)
-            without_ar += grads.seconds(False, cached, long_n, 3)
+            with_ar += grads.seconds(True, cached, long_n, longs)
+            without_ar += grads.seconds(False, cached, long_n, longs)
         reads_s += [t / read_n for t in measure.input_seconds(reads, read_n, 3)]
         if matmul is not None:
             matmul.measure(2)

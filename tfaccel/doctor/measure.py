@@ -28,8 +28,20 @@ def agree(strategy: tf.distribute.Strategy, value: float) -> float:
     """The largest `value` over the workers (itself on one worker)."""
     if not is_multi_worker(strategy):
         return value
-    local = strategy.run(lambda: tf.constant(float(value), tf.float64))
-    return float(strategy.reduce("MAX", local, axis=None))
+    values = _gather(strategy)(tf.constant([float(value)], tf.float64))
+    return float(tf.reduce_max(values))
+
+
+_GATHERS: dict = {}
+
+
+def _gather(strategy):
+    """A `tf.function` gathering one value per replica (compiled once per strategy)."""
+    if id(strategy) not in _GATHERS:
+        _GATHERS[id(strategy)] = tf.function(
+            lambda v: strategy.gather(strategy.run(lambda: tf.identity(v)), axis=0)
+        )
+    return _GATHERS[id(strategy)]
 
 
 def train_calls(runner, iterator, steps: int, calls: int) -> tuple[list[float], list]:
