@@ -30,28 +30,9 @@ import tensorflow as tf
 
 import tfaccel
 from tfaccel import strict_json
+from tfaccel.doctor.peak import matmul_peak
 
 RESULTS = pathlib.Path(__file__).parent / "results" / "trainer_vs_fit.json"
-
-
-def matmul_peak(n: int = 2048, repeats: int = 10) -> float:
-    """Best float32 FLOP/s of an n×n matmul chain, looped inside one tf.function."""
-    a = tf.random.normal((n, n))
-    b = tf.random.normal((n, n)) / n
-
-    @tf.function
-    def chain(x, steps):
-        for _ in tf.range(steps):
-            x = tf.matmul(x, b)
-        return tf.reduce_sum(x)
-
-    chain(a, tf.constant(2)).numpy()
-    best = 0.0
-    for _ in range(repeats):
-        start = time.perf_counter()
-        chain(a, tf.constant(8)).numpy()
-        best = max(best, 8 * 2 * n**3 / (time.perf_counter() - start))
-    return best
 
 
 def mlp_workload():

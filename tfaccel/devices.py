@@ -13,6 +13,7 @@ Example:
 from __future__ import annotations
 
 import dataclasses
+import json
 import numbers
 import os
 import socket

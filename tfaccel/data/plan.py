@@ -124,21 +124,40 @@ def graph_ops(dataset: tf.data.Dataset) -> list[str]:
     names without their version suffix, e.g. `["TensorSlice", "ParallelMap",
     "Cache", "Shuffle", "Batch", "Prefetch"]`.
     """
+    return [name for name, _ in graph_stages(dataset)]
+
+
+def graph_stages(dataset: tf.data.Dataset) -> list[tuple[str, int | None]]:
+    """`graph_ops` with each operation's parallelism: `num_parallel_calls` of a
+    `Parallel*` operation (-1: AUTOTUNE), 1 for a sequential `Map`, else None."""
     policy = tf.data.experimental.ExternalStatePolicy.IGNORE
     serialized = dataset._as_serialized_graph(external_state_policy=policy)
     graph = graph_pb2.GraphDef()
     graph.ParseFromString(serialized.numpy())
     nodes = {node.name: node for node in graph.node}
     output = next(node for node in graph.node if node.op == "_Retval")
-    ops = []
+    stages = []
     name = output.input[0]
     while name:
         node = nodes[name.split(":")[0]]
-        if node.op.endswith("Dataset") or "Dataset" in node.op:
-            ops.append(_short(node.op))
         inputs = [i for i in node.input if not i.startswith("^")]
+        if node.op.endswith("Dataset") or "Dataset" in node.op:
+            stages.append((_short(node.op), _parallelism(node, inputs, nodes)))
         name = next((i for i in inputs if "Dataset" in nodes[i.split(":")[0]].op), "")
-    return ops[::-1]
+    return stages[::-1]
+
+
+def _parallelism(node, inputs: list[str], nodes: dict) -> int | None:
+    short = _short(node.op)
+    if short == "Map":
+        return 1
+    if not short.startswith("Parallel") or not inputs:
+        return None
+    const = nodes.get(inputs[-1].split(":")[0])  # num_parallel_calls is the last input
+    if const is None or const.op != "Const":
+        return None
+    values = list(const.attr["value"].tensor.int64_val) or list(const.attr["value"].tensor.int_val)
+    return int(values[0]) if values else None
 
 
 def _short(op: str) -> str:

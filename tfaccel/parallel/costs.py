@@ -16,7 +16,8 @@ def node_params(node, seen: set) -> int:
     return operation.count_params() if operation.built else 0
 
 
-def _profile_flops(graph) -> int:
+def graph_flops(graph) -> int:
+    """Float operations in a graph, as TensorFlow's profiler counts them."""
     options = (
         tf.compat.v1.profiler.ProfileOptionBuilder(
             tf.compat.v1.profiler.ProfileOptionBuilder.float_operation()
@@ -52,7 +53,7 @@ def node_flops(node) -> int:
         args, kwargs = node.arguments.fill_in(values)
         return operation(*args, **kwargs)
 
-    return _profile_flops(tf.function(forward).get_concrete_function().graph)
+    return graph_flops(tf.function(forward).get_concrete_function().graph)
 
 
 def model_flops(model: keras.Model) -> int:
@@ -64,4 +65,4 @@ def model_flops(model: keras.Model) -> int:
     def forward():
         return model(inputs, training=False)
 
-    return _profile_flops(tf.function(forward).get_concrete_function().graph)
+    return graph_flops(tf.function(forward).get_concrete_function().graph)

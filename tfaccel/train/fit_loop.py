@@ -339,6 +339,8 @@ class FitLoop:
             logs["examples_per_second"] = (
                 result.examples / result.seconds if result.seconds > 0 else 0.0
             )
+            if result.input_wait_s is not None:  # for callbacks.Bottleneck
+                logs["input_wait_s"] = result.input_wait_s
             self.callbacks.on_train_batch_end(done - 1, logs)
             if self.sizer.record(want, ran, time.perf_counter() - began):
                 self._announce_loop_size()

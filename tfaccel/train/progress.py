@@ -5,7 +5,7 @@ from __future__ import annotations
 import keras
 
 # Values in the batch logs that callbacks need but that are not metrics to show.
-BOOKKEEPING_KEYS = frozenset({"steps"})
+BOOKKEEPING_KEYS = frozenset({"steps", "input_wait_s"})
 
 
 class ProgressBar(keras.callbacks.ProgbarLogger):

@@ -150,18 +150,24 @@ class Runner:
         if self._count_before is None:
             self._count_before = float(self.loss_tracker.count.numpy())
         start = time.perf_counter()
-        ran, note = 0, None
+        ran, note, looped = 0, None, False
         if self._held:
             ran, note = self._held_step(iterator)
         if ran < num_steps and (ran or not self._held):
             ran += self._call(self.loops.train_loop, iterator, num_steps - ran)
+            looped = True
         seconds = time.perf_counter() - start
         if ran == 0:
             return LoopResult(0, {}, seconds=seconds)
         nonfinite = self._first_nonfinite()
         logs, loop_loss, count, stop = self._loop_logs(stop_flag)
         examples, self._count_before = count - self._count_before, count
-        return LoopResult(ran, logs, loop_loss, examples, seconds, stop, nonfinite, note)
+        wait = self._input_wait() if looped else None  # a held step fetched in Python
+        return LoopResult(ran, logs, loop_loss, examples, seconds, stop, nonfinite, note, wait)
+
+    def _input_wait(self) -> float:
+        """Seconds the last step loop waited for its batches (measured inside its graph)."""
+        return float(self.loops.input_wait.numpy())
 
     def _held_step(self, iterator) -> tuple[int, str | None]:
         """One step whose batches are held, so that running out of memory retries them.

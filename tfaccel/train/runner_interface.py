@@ -43,6 +43,8 @@ class LoopResult:
         stop_vote: whether any worker asked to stop (None: not voted; ask locally).
         nonfinite: the first trainable variable holding NaN/inf after the call, or None.
         note: a one-time message of the inner loop (e.g. an out-of-memory split), or None.
+        input_wait_s: of `seconds`, the time the steps waited for their batches (timed in
+            the step loop's graph), or None when not measured.
     """
 
     steps: int
@@ -53,6 +55,7 @@ class LoopResult:
     stop_vote: bool | None = None
     nonfinite: str | None = None
     note: str | None = None
+    input_wait_s: float | None = None
 
 
 class RunnerInterface(Protocol):

@@ -64,6 +64,8 @@ class StepLoops:
         self.jit_compile = jit_compile
         # Index of the first non-finite trainable variable after the last train loop, or -1.
         self.first_nonfinite = tf.Variable(-1, dtype=tf.int32, trainable=False)
+        # Seconds the last train loop waited for its batches (`_next`), timed in the graph.
+        self.input_wait = tf.Variable(0.0, dtype=tf.float64, trainable=False)
         self.accumulate_steps = accumulate_steps
         self.micro_batches = micro_batches
         replica_train = tf.function(self._train_step, jit_compile=True) if jit_compile else None
@@ -200,11 +202,12 @@ class StepLoops:
         When the data ends inside a group, the batches read so far are applied as one
         (smaller) step, and the loop stops.
         """
+        self.input_wait.assign(0.0)
         done = tf.constant(0, tf.int32)
         for _ in tf.range(num_steps):
             read = tf.constant(0, tf.int32)
             for _ in tf.range(self.accumulate_steps):
-                optional = iterator.get_next_as_optional()
+                optional = self._next(iterator)
                 if not optional.has_value():
                     break
                 self.strategy.run(self._replica_accumulate, args=(optional.get_value(),))
@@ -219,11 +222,23 @@ class StepLoops:
         self.first_nonfinite.assign(self._first_nonfinite())
         return done
 
-    def _run_steps(self, replica_step, iterator, num_steps):
+    def _next(self, iterator):
+        """The next batch as an optional; the time spent waiting for it joins `input_wait`.
+
+        The two timestamps and the fetch are stateful ops, so the graph keeps their order:
+        the difference is the time the loop was blocked on the input pipeline.
+        """
+        began = tf.timestamp()
+        optional = iterator.get_next_as_optional()
+        with tf.control_dependencies([optional.has_value()]):
+            self.input_wait.assign_add(tf.timestamp() - began)
+        return optional
+
+    def _run_steps(self, replica_step, iterator, num_steps, timed: bool = False):
         """Runs up to `num_steps` replica steps; stops early when the data ends."""
         done = tf.constant(0, tf.int32)
         for _ in tf.range(num_steps):
-            optional = iterator.get_next_as_optional()
+            optional = self._next(iterator) if timed else iterator.get_next_as_optional()
             if not optional.has_value():
                 break
             self.strategy.run(replica_step, args=(optional.get_value(),))
@@ -231,7 +246,8 @@ class StepLoops:
         return done
 
     def _train_loop(self, iterator, num_steps):
-        done = self._run_steps(self._replica_train, iterator, num_steps)
+        self.input_wait.assign(0.0)
+        done = self._run_steps(self._replica_train, iterator, num_steps, timed=True)
         self.step_counter.assign_add(tf.cast(done, tf.int64))
         self.first_nonfinite.assign(self._first_nonfinite())
         return done

@@ -1,0 +1,154 @@
+"""tfaccel.doctor: the verdict rules, the report, state left untouched, bad inputs."""
+
+from __future__ import annotations
+
+import json
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import tfaccel
+from tfaccel.doctor import verdict as rules
+
+
+def measured(**changes) -> rules.Measured:
+    base = dict(
+        batch=64,
+        replicas=1,
+        workers=1,
+        device="CPU",
+        trainer=True,
+        steps_per_loop=100,
+        steps_per_loop_setting="auto",
+        accumulate_steps=1,
+        step_s=0.010,
+        call_overhead_s=0.001,
+        input_s=0.001,
+        plain_input_s=None,
+        real_s=0.010,
+        real_wait_s=0.0,
+        all_reduce_s=None,
+        gradient_mb=1.0,
+        cores=2,
+        pipeline=[("TensorSlice", None), ("Batch", None), ("Prefetch", None)],
+        memory={"peak_mb": 100.0, "capacity_mb": 1000.0, "what": "RAM", "fixed_mb": 10.0},
+        flops_per_example=1e6,
+        matmul_peak=1e10,
+    )
+    base.update(changes)
+    return rules.Measured(**base)
+
+
+def test_verdicts_follow_the_lowest_ceiling():
+    assert rules.verdict(measured()) == "compute"
+    slow_input = measured(input_s=0.05, pipeline=[("TensorSlice", None), ("Map", 1)])
+    assert rules.verdict(slow_input) == "input"
+    assert rules.verdict(measured(step_s=0.0001, call_overhead_s=0.002, steps_per_loop=1)) == (
+        "host"
+    )
+    comm = measured(replicas=2, all_reduce_s=0.008)
+    assert rules.verdict(comm) == "communication"
+    full = measured(memory={"peak_mb": 950.0, "capacity_mb": 1000.0, "what": "GPU"})
+    assert rules.verdict(full) == "memory"
+
+
+def test_fixes_come_with_predicted_gains():
+    slow_input = measured(
+        input_s=0.05, pipeline=[("TensorSlice", None), ("Map", 1), ("Batch", None)]
+    )
+    fixes = rules.fixes(slow_input)
+    assert "num_parallel_calls" in fixes[0].action and fixes[0].gain > 1.3
+    assert fixes[-1].condition  # the cache is ranked after the unconditional fixes
+    host = rules.fixes(measured(step_s=0.0001, call_overhead_s=0.002, steps_per_loop=1))
+    assert host[0].stage == "host" and "steps_per_loop" in host[0].action and host[0].gain > 2
+    comm = rules.fixes(measured(replicas=2, all_reduce_s=0.008))
+    assert "accumulate_steps=" in comm[0].action and comm[0].gain > 1.3
+    assert rules.accumulation_for(measured(replicas=2, all_reduce_s=0.008)) >= 2
+    # 64 × 1 MFLOP / 10 ms = 6.4 GFLOP/s against a 10 GFLOP/s peak: nothing to gain.
+    near_peak = rules.fixes(measured())
+    assert near_peak[0].software is False and "64%" in near_peak[0].why
+
+
+def trainer_and_data(strategy=None, steps_per_loop=1):
+    rng = np.random.default_rng(0)
+    x = rng.random((256, 8), dtype=np.float32)
+    y = rng.integers(0, 3, 256).astype("int32")
+    data = tf.data.Dataset.from_tensor_slices((x, y)).batch(32, drop_remainder=True)
+
+    def build():
+        inputs = keras.Input((8,))
+        h = keras.layers.Dense(16, activation="relu")(inputs)
+        h = keras.layers.BatchNormalization()(h)
+        return keras.Model(inputs, keras.layers.Dense(3, activation="softmax")(h))
+
+    trainer = tfaccel.Trainer(
+        build,
+        optimizer=lambda: keras.optimizers.Adam(1e-2),
+        loss="sparse_categorical_crossentropy",
+        metrics=["accuracy"],
+        strategy=strategy or tf.distribute.get_strategy(),
+        steps_per_loop=steps_per_loop,
+    )
+    return trainer, data
+
+
+def state(trainer) -> list[np.ndarray]:
+    variables = [*trainer.model.variables, *trainer.optimizer.variables, trainer.step]
+    variables += [v for m in [trainer.loss_tracker, *trainer.runner.metrics] for v in m.variables]
+    return [np.array(v.numpy()) for v in variables]
+
+
+@pytest.mark.parametrize("replicas", [1, 2])
+def test_diagnose_leaves_weights_optimizer_and_counters_as_they_were(replicas, mirrored):
+    trainer, data = trainer_and_data(mirrored if replicas == 2 else None)
+    trainer.fit(data, epochs=1, verbose=0)  # optimizer slots and counters hold values
+    before = state(trainer)
+    report = tfaccel.doctor.diagnose(trainer, data, budget_s=3, rounds=1)
+    after = state(trainer)
+    assert len(before) == len(after)
+    for old, new in zip(before, after, strict=True):
+        np.testing.assert_array_equal(old, new)
+    assert report.verdict in ("input", "compute", "communication", "host", "memory")
+    if replicas == 2:
+        assert report.measured.all_reduce_s is not None
+    trainer.fit(data, epochs=1, verbose=0)  # and it still trains
+
+
+def test_report_prints_plots_and_serialises(tmp_path):
+    trainer, data = trainer_and_data()
+    report = tfaccel.doctor.diagnose(trainer, data, budget_s=3, rounds=1)
+    text = str(report)
+    assert text.startswith("Verdict: ") and "examples/s" in text and "Fixes" in text
+    assert "on a CPU the job stays float32" in text
+    path = report.plot(str(tmp_path / "doctor.png"))
+    assert (tmp_path / "doctor.png").stat().st_size > 1000 and path.endswith(".png")
+    data_dict = json.loads(json.dumps(report.to_dict(), default=str))
+    assert data_dict["verdict"] == report.verdict and data_dict["fixes"]
+    assert report.cost_s > 0
+
+
+def test_a_compiled_model_is_diagnosed_in_place():
+    trainer, data = trainer_and_data()
+    model = trainer.model
+    model.compile(optimizer="sgd", loss="sparse_categorical_crossentropy", steps_per_execution=4)
+    before = [np.array(v.numpy()) for v in model.variables]
+    report = tfaccel.doctor.diagnose(model, data, budget_s=3, rounds=1)
+    assert report.measured.steps_per_loop == 4 and not report.measured.trainer
+    for old, v in zip(before, model.variables, strict=True):
+        np.testing.assert_array_equal(old, v.numpy())
+
+
+def test_bad_targets_and_arguments_are_named():
+    trainer, data = trainer_and_data()
+    with pytest.raises(TypeError, match="Trainer or a compiled keras.Model"):
+        tfaccel.doctor.diagnose("model", data)
+    with pytest.raises(ValueError, match="not compiled"):
+        tfaccel.doctor.diagnose(keras.Sequential([keras.layers.Dense(1)]), data)
+    with pytest.raises(ValueError, match="budget_s"):
+        tfaccel.doctor.diagnose(trainer, data, budget_s=0)
+    with pytest.raises(ValueError, match="rounds"):
+        tfaccel.doctor.diagnose(trainer, data, rounds=0)
+    with pytest.raises(ValueError, match="unbatched"):
+        tfaccel.doctor.diagnose(trainer, data.unbatch())

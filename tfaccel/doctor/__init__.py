@@ -1,0 +1,34 @@
+"""The doctor: a measured verdict of what limits training, and the fix with its gain.
+
+Example:
+    >>> report = tfaccel.doctor.diagnose(trainer, train_data)     # doctest: +SKIP
+    >>> print(report)              # verdict, rates, ranked fixes with predicted gains
+    >>> report.plot("runs/doctor.png"); report.to_dict()
+
+The live counterpart is `tfaccel.callbacks.Bottleneck` (shares of each epoch's time).
+"""
+
+from tfaccel.doctor.diagnose import DEFAULT_BUDGET_S, EPOCH_SHARE, diagnose
+from tfaccel.doctor.peak import matmul_peak, training_flops_per_example
+from tfaccel.doctor.report import Report
+from tfaccel.doctor.verdict import (
+    COMMUNICATION_TARGET,
+    MEMORY_FULL,
+    NEAR_PEAK,
+    Fix,
+    Measured,
+)
+
+__all__ = [
+    "COMMUNICATION_TARGET",
+    "DEFAULT_BUDGET_S",
+    "EPOCH_SHARE",
+    "MEMORY_FULL",
+    "NEAR_PEAK",
+    "Fix",
+    "Measured",
+    "Report",
+    "diagnose",
+    "matmul_peak",
+    "training_flops_per_example",
+]

@@ -1,0 +1,377 @@
+"""`diagnose`: measure each stage of a training step, name the limit, rank the fixes."""
+
+from __future__ import annotations
+
+import math
+import os
+import statistics
+import time
+
+import keras
+import psutil
+import tensorflow as tf
+
+from tfaccel import devices
+from tfaccel.data.plan import graph_stages
+from tfaccel.doctor import measure, peak
+from tfaccel.doctor import verdict as rules
+from tfaccel.doctor.report import Report
+from tfaccel.doctor.snapshot import Snapshot
+from tfaccel.train import inputs, loop_size
+from tfaccel.train.losses import PerExampleLoss
+from tfaccel.train.runner import Runner
+
+DEFAULT_BUDGET_S = 60.0  # or EPOCH_SHARE of an epoch, whichever is larger
+EPOCH_SHARE = 0.05
+ROUNDS = 3
+MIN_WINDOW_S, MAX_WINDOW_S = 0.05, 1.0  # each timed measurement, per round
+MB = 1024.0 * 1024.0
+
+
+def diagnose(target, train_data, *, budget_s: float | None = None, rounds: int = ROUNDS) -> Report:
+    """Measures what limits training — input, compute, communication, host or memory.
+
+    In this process, after a warm-up (tracing), alternating round by round:
+
+    - **input alone**: batches/s of `train_data` read through the same distributed
+      iterator the Trainer uses, in a `tf.function` loop, with no model;
+    - **compute alone**: the Trainer's own step loop (`runner.train`) on the first
+      batch cached and repeated — calls of 1 step and of N steps give the per-call host
+      overhead o and the step s (`T(n) = o + n·s`, the fastest call of each size);
+    - **the real step**: the same loop on the real data at the job's steps per call
+      (back to back, so the pipeline's buffers cannot hide a slow producer);
+    - **communication** (≥ 2 replicas): forward and backward passes with vs without the
+      gradient all-reduce (`ReplicaContext.all_reduce`, as the optimizer calls it);
+    - **memory**: the allocator's peak on a GPU (against its memory), the process's
+      peak RSS on a CPU (against the host's RAM);
+    - on a CPU, this machine's float32 matmul peak and the model's FLOPs, for the
+      compute line.
+
+    The rule that names the limit and the predictions of the fixes are in
+    `tfaccel.doctor.verdict`. The model's weights, the optimizer's state and the
+    Trainer's counters and metrics are saved before and restored after.
+
+    Args:
+        target: a `tfaccel.Trainer`, or a compiled `keras.Model` (its optimizer and loss
+            run in the Trainer's step loop; its `steps_per_execution` is the steps per call).
+        train_data: the training data as the Trainer takes it: a batched `tf.data.Dataset`
+            or a dataset function / `tfaccel.data.pipeline(...)` result.
+        budget_s: the time the diagnosis aims to stay under, tracing excepted (default: 60 s
+            or 5 % of an epoch, whichever is larger); it sizes the timed windows.
+        rounds: alternating rounds of measurements (the real step's median counts).
+
+    Returns:
+        A `Report`: `print(report)`, `report.plot(path)`, `report.to_dict()`.
+
+    Raises:
+        TypeError: `target` is neither a Trainer nor a keras.Model.
+        ValueError: an uncompiled model, data the Trainer would refuse, a batch size
+            that cannot be read, or a non-positive `budget_s` / `rounds`.
+    """
+    began = time.perf_counter()
+    if budget_s is not None and not (isinstance(budget_s, (int, float)) and budget_s > 0):
+        raise ValueError(f"budget_s must be a number of seconds > 0, got {budget_s!r}.")
+    if isinstance(rounds, bool) or not isinstance(rounds, int) or rounds < 1:
+        raise ValueError(f"rounds must be an integer >= 1, got {rounds!r}.")
+    job = _Job(target)
+    batch = job.prepare(train_data)
+    runner = job.runner
+    state = Snapshot(runner.strategy, _state_of(runner))
+    try:
+        measured, notes, budget = _measure(job, train_data, batch, began, budget_s, rounds)
+    finally:
+        with runner.restoring():
+            state.restore()
+    report = Report(
+        verdict=rules.verdict(measured),
+        measured=measured,
+        fixes=rules.fixes(measured),
+        notes=notes,
+        cost_s=time.perf_counter() - began,
+        budget_s=budget,
+    )
+    return report
+
+
+class _Job:
+    """The runner to drive and the job's settings, from a Trainer or a compiled model."""
+
+    def __init__(self, target):
+        from tfaccel.train.trainer import Trainer
+
+        if isinstance(target, Trainer):
+            self.trainer = target
+            self.runner = target.runner
+            self.setting = target.steps_per_loop
+            self.chosen = target._loop_sizer.chosen
+            return
+        if not isinstance(target, keras.Model):
+            raise TypeError(
+                f"diagnose() takes a tfaccel.Trainer or a compiled keras.Model, got "
+                f"{type(target).__name__}."
+            )
+        if getattr(target, "optimizer", None) is None or getattr(target, "loss", None) is None:
+            raise ValueError(
+                "The model is not compiled: call model.compile(optimizer=..., loss=...) "
+                "first (the doctor runs its optimizer and loss), or pass a tfaccel.Trainer."
+            )
+        try:
+            loss = PerExampleLoss(target.loss)
+        except TypeError as error:
+            raise ValueError(
+                f"The doctor cannot run the model's loss {target.loss!r} ({error}); pass a "
+                "tfaccel.Trainer built with one loss."
+            ) from error
+        self.trainer = None
+        self.runner = Runner(
+            target,
+            optimizer=target.optimizer,
+            loss=loss,
+            metrics=[],
+            strategy=target.distribute_strategy,
+        )
+        self.setting = int(getattr(target, "steps_per_execution", 1) or 1)
+        self.chosen = self.setting
+
+    def prepare(self, data) -> int:
+        """Checks the data as `fit` would, builds the step loops; returns the global batch."""
+        if self.trainer is not None:
+            batch = self.trainer._prepare(data, 1, "training")
+        else:
+            sample = inputs.sample_dataset(data)
+            inputs.check_elements(sample, self.runner.model)
+            inputs.check_not_empty(sample, "training")
+            self.runner.build(sample)
+            batch = getattr(data, "global_batch_size", None) or inputs.static_batch_size(sample)
+        if not batch:
+            raise ValueError(
+                "The doctor cannot read the global batch size of the training data; batch "
+                "it with a fixed size (dataset.batch(n)) or use tfaccel.data.pipeline(...)."
+            )
+        return int(batch)
+
+
+def _state_of(runner) -> list:
+    """Every variable a diagnosis may change: model, optimizer, counters, metrics."""
+    metrics = [runner.loss_tracker, runner.loop_loss, *runner.metrics]
+    return [
+        *runner.model.variables,
+        *runner.optimizer.variables,
+        runner.step,
+        runner.epoch,
+        runner.epoch_step,
+        *[v for m in metrics for v in m.variables],
+    ]
+
+
+def _measure(job: _Job, data, batch, began, budget_s, rounds):
+    runner, strategy = job.runner, job.runner.strategy
+    k = runner.batches_per_step
+    gpus = _gpus(strategy)
+    for gpu in gpus:
+        tf.config.experimental.reset_memory_stats(gpu)
+    real = iter(inputs.distribute(strategy, inputs.repeat(data), endless=True))
+    cached = iter(inputs.distribute(strategy, measure.one_batch(data), endless=True))
+    # Warm-up: traces, autotuning, the first batch cached.
+    runner.train(real, 1)
+    runner.train(cached, 1)
+    t1 = min(measure.train_calls(runner, cached, 1, 2)[0])
+    reads = iter(inputs.distribute(strategy, inputs.repeat(data), endless=True))
+    read_s = min(measure.input_seconds(reads, 4, 2)) / 4
+
+    budget = budget_s or DEFAULT_BUDGET_S
+    epoch = _epoch_steps(data, k)
+    if budget_s is None and epoch:
+        budget = max(budget, EPOCH_SHARE * epoch * t1)
+    comm = runner.strategy.num_replicas_in_sync > 1
+    pieces = 5 if comm else 4
+    spent = time.perf_counter() - began
+    window = (budget - spent) / (rounds * pieces + 2)
+    window = measure.agree(strategy, min(max(window, MIN_WINDOW_S), MAX_WINDOW_S))
+    long_n = int(measure.agree(strategy, min(max(round(window / 3 / t1), 2), 10_000)))
+    read_n = int(measure.agree(strategy, min(max(round(window / 3 / read_s), 4), 10_000)))
+
+    # The real step runs at the job's steps per call (its setting, or what "auto" chose),
+    # capped at the long probe; "auto" not yet measured runs at the long probe.
+    host1, hostn = [], []
+    m = min(job.chosen or long_n, long_n)
+    real_calls = int(measure.agree(strategy, max(1, math.ceil(window / (m * t1)))))
+    grads = measure.GradientLoops(runner.model, runner.loss, strategy) if comm else None
+    if grads is not None:
+        grads.seconds(True, cached, 1, 1)
+        grads.seconds(False, cached, 1, 1)
+    matmul = peak.MatmulPeak(n=1024) if not gpus else None
+    real_rounds, waits, with_ar, without_ar, reads_s = [], [], [], [], []
+    # Slow steps get fewer calls (the fastest of 2 still counts), so the budget holds.
+    ones = int(measure.agree(strategy, min(max(window / t1, 2), 5)))
+    longs = 2 if long_n * t1 > window / 2 else 3
+    for _ in range(rounds):
+        host1 += measure.train_calls(runner, cached, 1, ones)[0]
+        hostn += measure.train_calls(runner, cached, long_n, longs)[0]
+        times, results = measure.train_calls(runner, real, m, real_calls)
+        steps = sum(r.steps for r in results)
+        real_rounds.append(sum(times) / max(steps, 1))
+        if all(r.input_wait_s is not None for r in results):
+            waits.append(sum(r.input_wait_s for r in results) / max(steps, 1))
+        if grads is not None:
+            with_ar += grads.seconds(True, cached, long_n, longs)
+            without_ar += grads.seconds(False, cached, long_n, longs)
+        reads_s += [t / read_n for t in measure.input_seconds(reads, read_n, 3)]
+        if matmul is not None:
+            matmul.measure(2)
+    step_s, overhead_s = _fit(host1, hostn, long_n)
+    n = int(measure.agree(strategy, job.chosen or loop_size.choose(overhead_s, step_s)))
+    real_s = statistics.median(real_rounds) - overhead_s / m + overhead_s / n
+    plain_s = None
+    if not isinstance(strategy, type(tf.distribute.get_strategy())) or comm:
+        plain = iter(measure.plain_dataset(inputs.repeat(data)))
+        plain_s = min(measure.input_seconds(plain, read_n, 3)) / read_n
+    all_reduce = None
+    if grads is not None:
+        all_reduce = max((min(with_ar) - min(without_ar)) / long_n, 0.0)
+    device = "GPU" if gpus else "CPU"
+    sample = inputs.sample_dataset(data)
+    model = runner.model
+    measured = rules.Measured(
+        batch=batch * k,
+        replicas=int(strategy.num_replicas_in_sync),
+        workers=int(getattr(strategy.extended, "_num_workers", 1) or 1),
+        device=device,
+        trainer=job.trainer is not None,
+        steps_per_loop=n,
+        steps_per_loop_setting=job.setting,
+        accumulate_steps=k,
+        step_s=step_s,
+        call_overhead_s=overhead_s,
+        input_s=min(reads_s) * k,
+        plain_input_s=None if plain_s is None else plain_s * k,
+        real_s=max(real_s, 1e-9),
+        real_wait_s=statistics.median(waits) if waits else None,
+        all_reduce_s=all_reduce,
+        gradient_mb=measure.gradient_bytes(model) / MB,
+        cores=_cores(),
+        pipeline=graph_stages(measure.plain_dataset(data)),
+        memory=_memory(gpus, model, runner.optimizer),
+        dtype_policy=model.dtype_policy.name,
+        jit_compile=bool(getattr(runner, "jit_compile", False)),
+        gpu_capability=_capability(gpus),
+    )
+    if matmul is not None:
+        measured.flops_per_example = peak.training_flops_per_example(model, sample.element_spec[0])
+        measured.matmul_peak = matmul.best
+    return measured, _notes(measured, strategy, job), budget
+
+
+def _fit(ones: list[float], longs: list[float], n: int) -> tuple[float, float]:
+    """(step, overhead) from the fastest call of 1 step and of n steps: T(n) = o + n·s."""
+    t1, tn = min(ones), min(longs)
+    step = max((tn - t1) / (n - 1), 1e-9)
+    return step, max(t1 - step, 0.0)
+
+
+def _epoch_steps(data, accumulate: int) -> int | None:
+    cardinality = int(inputs.sample_dataset(data).cardinality())
+    return cardinality // accumulate if cardinality > 0 else None
+
+
+def _gpus(strategy) -> list[str]:
+    try:
+        names = list(strategy.extended.worker_devices)
+    except (RuntimeError, AttributeError):
+        names = [d.name for d in tf.config.list_logical_devices()[:1]]
+    out = []
+    for name in names:
+        spec = tf.DeviceSpec.from_string(name)
+        if (spec.device_type or "").upper() == "GPU":
+            out.append(f"GPU:{spec.device_index or 0}")
+    return out
+
+
+def _capability(gpus: list[str]) -> tuple | None:
+    if not gpus:
+        return None
+    for gpu in devices.list_gpus():
+        if f"GPU:{gpu.index}" == gpus[0]:
+            return tuple(gpu.compute_capability or ()) or None
+    return None
+
+
+def _cores() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
+
+
+def _variable_mb(*groups) -> float:
+    total = 0
+    for group in groups:
+        for v in group:
+            total += int(tf.TensorShape(v.shape).num_elements() or 0) * tf.as_dtype(v.dtype).size
+    return total / MB
+
+
+def _memory(gpus: list[str], model, optimizer) -> dict:
+    fixed = _variable_mb(model.variables, optimizer.variables)
+    if gpus:
+        peaks = [tf.config.experimental.get_memory_info(g)["peak"] / MB for g in gpus]
+        capacity = None
+        for gpu in devices.list_gpus():
+            if f"GPU:{gpu.index}" == gpus[0] and gpu.memory_mb:
+                capacity = float(gpu.memory_mb)
+        return {
+            "peak_mb": max(peaks),
+            "capacity_mb": capacity,
+            "what": f"{gpus[0]}'s memory",
+            "fixed_mb": fixed,
+        }
+    high_water = _rss_high_water_mb() or psutil.Process().memory_info().rss / MB
+    return {
+        "peak_mb": high_water,
+        "capacity_mb": psutil.virtual_memory().total / MB,
+        "what": "the host's RAM: this process's peak resident memory (CPU)",
+        "fixed_mb": fixed,
+    }
+
+
+def _rss_high_water_mb() -> float | None:
+    try:
+        with open("/proc/self/status") as status:
+            for line in status:
+                if line.startswith("VmHWM:"):
+                    return float(line.split()[1]) / 1024.0
+    except OSError:
+        return None
+    return None
+
+
+def _notes(m: rules.Measured, strategy, job: _Job) -> list[str]:
+    notes = []
+    if m.device == "CPU":
+        notes.append(
+            "input alone was measured with the cores free; in the real step the input "
+            "pipeline and the step share this CPU's cores"
+        )
+    if job.trainer is None:
+        notes.append(
+            "a compiled model is measured in tfaccel's step loop (same optimizer and loss); "
+            "model.fit's own per-call work (its callbacks, progress bar) adds to the host part"
+        )
+    if m.workers > 1:
+        plain = "" if m.plain_input_s is None else f" against {m.plain_input_s * 1e3:.2f} ms"
+        notes.append(
+            f"multi-worker: {m.workers} workers ran every measurement in step (sizes agreed "
+            "by an all-reduce); the rates are this worker's. The all-reduce was measured "
+            "inside the step, with vs without it. A MultiWorkerMirroredStrategy step also "
+            "pays fixed costs the all-reduce does not show — the distributed iterator (here "
+            f"{m.input_s * 1e3:.2f} ms a batch{plain} for the plain dataset) and the "
+            "collective runtime's threads; on a one-core worker they take CPU from the step "
+            "and count as compute here. Fewer all-reduces (accumulate_steps) and larger "
+            "batches per worker amortise both."
+        )
+    elif m.replicas > 1:
+        notes.append(
+            f"{m.replicas} replicas on this machine: the all-reduce was measured inside the "
+            "step, with vs without it"
+        )
+    return notes

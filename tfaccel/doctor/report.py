@@ -1,0 +1,192 @@
+"""The doctor's report: the verdict, the measured rates, ranked fixes; text, plot, dict."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+from tfaccel.doctor import verdict as rules
+
+_WORDS = {
+    "input": "input-bound: the input pipeline cannot keep up with the step",
+    "compute": "compute-bound: the step's own arithmetic limits training",
+    "communication": "communication-bound: the gradient all-reduce limits training",
+    "host": "host-bound: the per-call work on the host limits training",
+    "memory": "memory-bound: the batch leaves no room on the device",
+}
+
+
+@dataclasses.dataclass
+class Report:
+    """What `tfaccel.doctor.diagnose` found.
+
+    Attributes:
+        verdict: "input", "compute", "communication", "host" or "memory".
+        measured: the measurements (`verdict.Measured`; seconds per step).
+        fixes: ranked `verdict.Fix` list, the verdict's stage first.
+        notes: lines explaining what was measured and how (multi-worker, CPU, ...).
+        cost_s: the diagnosis's wall time (tracing included).
+        budget_s: the time it aimed to stay under.
+    """
+
+    verdict: str
+    measured: rules.Measured
+    fixes: list
+    notes: list
+    cost_s: float
+    budget_s: float
+
+    @property
+    def no_software_fix(self) -> bool:
+        """True when the first fix says nothing in software would help."""
+        return bool(self.fixes) and not self.fixes[0].software
+
+    def rates(self) -> dict[str, float]:
+        """Examples/s: the real job, the cached step, and each stage's ceiling."""
+        m = self.measured
+        return {
+            "real": m.batch / m.real_s,
+            "cached_step": m.batch / rules.cached_step_s(m),
+            **{f"ceiling_{k}": v for k, v in rules.ceilings(m).items()},
+        }
+
+    def shares(self) -> dict[str, float]:
+        """Each serial part's share of the cached step; input: its time ÷ the real step."""
+        m = self.measured
+        p = rules.parts(m)
+        step = rules.cached_step_s(m)
+        out = {k: p[k] / step for k in ("compute", "communication", "host")}
+        out["input"] = min(p["input"] / m.real_s, 1.0)
+        return out
+
+    def to_dict(self) -> dict:
+        m = self.measured
+        return {
+            "verdict": self.verdict,
+            "no_software_fix": self.no_software_fix,
+            "rates": {k: _finite(v) for k, v in self.rates().items()},
+            "seconds_per_step": rules.parts(m),
+            "shares": self.shares(),
+            "measured": {
+                k: (list(v) if isinstance(v, tuple) else v)
+                for k, v in dataclasses.asdict(m).items()
+            },
+            "compute_fraction_of_peak": rules.compute_fraction_of_peak(m),
+            "largest_batch": rules.largest_batch(m),
+            "fixes": [dataclasses.asdict(f) for f in self.fixes],
+            "notes": list(self.notes),
+            "cost_s": self.cost_s,
+            "budget_s": self.budget_s,
+        }
+
+    def __str__(self) -> str:
+        m = self.measured
+        rates = self.rates()
+        p = rules.parts(m)
+        lines = [
+            f"Verdict: {_WORDS[self.verdict]}.",
+            f"  real step:      {rates['real']:>12,.0f} examples/s  "
+            f"({m.real_s * 1e3:.2f} ms a step of {m.batch}, {m.steps_per_loop} steps per call)",
+            f"  cached step:    {rates['cached_step']:>12,.0f} examples/s  "
+            "(one batch repeated: no input work)",
+            "Ceilings (examples/s if this stage alone limited; ms per step):",
+        ]
+        for stage in rules.STAGES:
+            if stage == "communication" and m.replicas < 2:
+                continue
+            mark = "  <- the limit" if stage == self.verdict else ""
+            lines.append(
+                f"  {stage:<14}{_rate(rates['ceiling_' + stage]):>12} "
+                f"({p[stage] * 1e3:.3f} ms){mark}"
+            )
+        if m.real_wait_s is not None:
+            lines.append(
+                f"  in the real step, waiting for input: {m.real_wait_s / m.real_s:.0%} of its time"
+            )
+        lines.append(self._memory_line())
+        lines.append(self._compute_line())
+        lines.append("Fixes, best first (predicted examples/s after ÷ now):")
+        if not self.fixes:
+            lines.append("  none found")
+        for i, fix in enumerate(self.fixes, 1):
+            lines.append(f"  {i}. [{fix.stage}] {fix.line()}")
+        lines += [f"Note: {n}" for n in self.notes]
+        lines.append(
+            f"Diagnosis took {self.cost_s:.1f} s (budget {self.budget_s:.0f} s); timings on a "
+            "shared machine are noisy: re-run to compare."
+        )
+        return "\n".join(lines)
+
+    def _memory_line(self) -> str:
+        mem = self.measured.memory
+        if not mem.get("peak_mb"):
+            return f"Memory: {mem.get('what', 'not measured')}"
+        fraction = rules.memory_fraction(self.measured)
+        largest = rules.largest_batch(self.measured)
+        text = (
+            f"Memory: peak {mem['peak_mb']:,.0f} MiB of {mem['capacity_mb']:,.0f} MiB "
+            f"({fraction:.0%}, {mem.get('what')})"
+        )
+        if largest is not None:
+            text += f"; largest batch predicted to fit: {largest}"
+        elif self.measured.device == "CPU":
+            text += (
+                "; a CPU has no catchable out-of-memory, so the largest batch is not "
+                "predicted (tuning.find_batch_size probes it)"
+            )
+        return text
+
+    def _compute_line(self) -> str:
+        m = self.measured
+        fraction = rules.compute_fraction_of_peak(m)
+        if m.device == "CPU":
+            peak = (
+                f"at {fraction:.0%} of this machine's float32 matmul peak "
+                f"({m.matmul_peak / 1e9:.0f} GFLOP/s); "
+                if fraction is not None
+                else ""
+            )
+            return (
+                f"Precision / XLA: {peak}on a CPU the job stays float32 without XLA: "
+                "TensorFlow's CPU kernels gain nothing from float16/bfloat16 here and XLA "
+                "was slower on CPU (README Decisions)."
+            )
+        return (
+            f"Precision / XLA: policy {m.dtype_policy}, jit_compile={m.jit_compile} "
+            "(not measured in other settings: try the fixes listed)."
+        )
+
+    def plot(self, path: str) -> str:
+        """Saves a bar chart of the stages' ceilings against the real rate; returns `path`."""
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+
+        m = self.measured
+        rates = self.rates()
+        stages = [s for s in rules.STAGES if not (s == "communication" and m.replicas < 2)]
+        values = [rates["ceiling_" + s] for s in stages]
+        top = max([v for v in values if math.isfinite(v)] + [rates["real"]]) * 1.3
+        shown = [min(v, top) for v in values]
+        colors = ["tab:red" if s == self.verdict else "tab:gray" for s in stages]
+        fig, ax = plt.subplots(figsize=(6.5, 3.6))
+        ax.barh(stages, shown, color=colors)
+        ax.axvline(rates["real"], color="black", linestyle="--", label="real step")
+        ax.axvline(rates["cached_step"], color="tab:blue", linestyle=":", label="cached step")
+        ax.set_xlabel("examples/s (ceiling if this stage alone limited)")
+        ax.set_title(f"tfaccel.doctor: {self.verdict}-bound")
+        ax.invert_yaxis()
+        ax.legend(loc="lower right", fontsize=8)
+        fig.tight_layout()
+        fig.savefig(path, dpi=110)
+        plt.close(fig)
+        return path
+
+
+def _rate(value: float) -> str:
+    return "unlimited" if not math.isfinite(value) else f"{value:,.0f}"
+
+
+def _finite(value: float) -> float | None:
+    return value if math.isfinite(value) else None

@@ -1,0 +1,364 @@
+"""From measured seconds to a verdict and ranked fixes (pure arithmetic, no TensorFlow).
+
+A training step is split into the parts measured by `diagnose` (seconds per step):
+
+- input: the time the (distributed) input pipeline takes to deliver one batch alone;
+- compute: the step on one cached batch, less the all-reduce and the per-call overhead;
+- communication: the gradient all-reduce (with vs without it, ≥ 2 replicas);
+- host: the per-call overhead (a call of 1 step vs a long call) over the steps per call.
+
+Each part's ceiling is the examples/s the job would reach if that part alone limited
+it (global batch / its seconds). Compute, communication and host run one after the
+other in a step; the input pipeline runs beside them (prefetch). So the verdict is:
+
+1. **memory** when the peak reaches `MEMORY_FULL` (90 %) of the capacity;
+2. else **input** when the input's ceiling is below the rate of the step on cached
+   data (compute + communication + host): the pipeline cannot keep up;
+3. else the serial part with the lowest ceiling (the largest share of the step):
+   **compute**, **communication** or **host**.
+
+Predicted gains compare the modelled step before and after the fix, both from the
+measured parts: a pipeline that ends with prefetch overlaps input and step,
+`max(t_in, t_step)`; one without adds them, `t_in + t_step`. (The real step may be
+slower than this model when input and step share a CPU's cores; the report shows both.)
+Fixes that hold only under a condition (a cache needs deterministic maps) are ranked
+after the unconditional ones of their stage.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+from tfaccel.train import loop_size
+
+MEMORY_FULL = 0.9  # peak / capacity from which memory is the verdict
+NEAR_PEAK = 0.5  # compute at this share of the matmul peak or more: nothing to gain
+COMMUNICATION_TARGET = 0.10  # accumulate until the all-reduce is under this share of a step
+MAX_ACCUMULATE = 16
+MIN_GAIN = 1.05  # fixes predicted to gain less are not listed
+STAGES = ("input", "compute", "communication", "host")
+
+
+@dataclasses.dataclass
+class Measured:
+    """What `diagnose` measured (seconds are per step of one global batch)."""
+
+    batch: int
+    replicas: int
+    workers: int
+    device: str  # "CPU" or "GPU"
+    trainer: bool  # a Trainer (else a compiled keras.Model)
+    steps_per_loop: int  # the steps per call the job uses (or "auto" would choose)
+    steps_per_loop_setting: object
+    accumulate_steps: int
+    step_s: float  # compute alone, per step, without the per-call overhead
+    call_overhead_s: float  # per call of the step loop
+    input_s: float  # the input pipeline alone, per batch, through the distribution layer
+    plain_input_s: float | None  # the same pipeline without the distribution layer
+    real_s: float  # the real step on the real data, at steps_per_loop
+    real_wait_s: float | None  # of real_s, waiting for the batch (timed in the graph)
+    all_reduce_s: float | None  # None: one replica
+    gradient_mb: float
+    cores: int
+    pipeline: list  # [(op, parallelism)] of the input pipeline, source first
+    memory: dict  # peak_mb, capacity_mb, what (device or budget), fixed_mb
+    flops_per_example: float | None = None
+    matmul_peak: float | None = None
+    dtype_policy: str = "float32"
+    jit_compile: bool = False
+    gpu_capability: tuple | None = None
+
+
+@dataclasses.dataclass
+class Fix:
+    """One change to try, with the gain predicted from the measurements."""
+
+    stage: str
+    action: str
+    gain: float | None  # predicted examples/s after ÷ measured real examples/s; None: unknown
+    why: str
+    software: bool = True  # False: the "nothing to gain here" answer
+    condition: str | None = None  # when it applies (ranked after unconditional fixes)
+
+    def line(self) -> str:
+        gain = "" if self.gain is None else f" (predicted {self.gain:.2f}x)"
+        when = f", {self.condition}" if self.condition else ""
+        return f"{self.action}{gain}: {self.why}{when}"
+
+
+def parts(m: Measured) -> dict[str, float]:
+    """Seconds per step of each stage (communication 0 on one replica)."""
+    all_reduce = max(m.all_reduce_s or 0.0, 0.0)
+    return {
+        "input": m.input_s,
+        "compute": max(m.step_s - all_reduce, 1e-9),
+        "communication": all_reduce,
+        "host": m.call_overhead_s / m.steps_per_loop,
+    }
+
+
+def ceilings(m: Measured) -> dict[str, float]:
+    """Examples/s each stage alone would allow (inf: the stage costs nothing measurable)."""
+    return {k: (m.batch / s if s > 0 else math.inf) for k, s in parts(m).items()}
+
+
+def cached_step_s(m: Measured) -> float:
+    """The step on cached data at the job's steps per call: compute + communication + host."""
+    p = parts(m)
+    return p["compute"] + p["communication"] + p["host"]
+
+
+def memory_fraction(m: Measured) -> float | None:
+    peak, capacity = m.memory.get("peak_mb"), m.memory.get("capacity_mb")
+    if not peak or not capacity:
+        return None
+    return peak / capacity
+
+
+def verdict(m: Measured) -> str:
+    """The limiting stage (see the module docstring for the rule)."""
+    fraction = memory_fraction(m)
+    if fraction is not None and fraction >= MEMORY_FULL:
+        return "memory"
+    if m.input_s > cached_step_s(m):
+        return "input"
+    p = parts(m)
+    return max(("compute", "communication", "host"), key=lambda k: p[k])
+
+
+def compute_fraction_of_peak(m: Measured) -> float | None:
+    """Achieved training FLOP/s (compute part only) ÷ this machine's float32 matmul peak."""
+    if not m.flops_per_example or not m.matmul_peak:
+        return None
+    return m.flops_per_example * m.batch / parts(m)["compute"] / m.matmul_peak
+
+
+def fixes(m: Measured) -> list[Fix]:
+    """Fixes for the verdict's stage first (in order of predicted gain), then others."""
+    found = {
+        "input": _input_fixes(m),
+        "host": _host_fixes(m),
+        "communication": _communication_fixes(m),
+        "compute": _compute_fixes(m),
+        "memory": _memory_fixes(m),
+    }
+    first = verdict(m)
+    ranked = sorted(found.pop(first), key=lambda f: (f.condition is not None, -(f.gain or 0.0)))
+    others = [f for fs in found.values() for f in fs if f.gain is not None and f.gain >= MIN_GAIN]
+    return ranked + sorted(others, key=lambda f: -f.gain)
+
+
+def prefetched(m: Measured) -> bool:
+    """Whether the input pipeline ends with a prefetch (input overlaps the step)."""
+    return bool(m.pipeline) and m.pipeline[-1][0] == "Prefetch"
+
+
+def modelled_step_s(
+    m: Measured,
+    t_in: float | None = None,
+    t_step: float | None = None,
+    prefetch: bool | None = None,
+) -> float:
+    """The step the parts predict: max(t_in, t_step) with prefetch, t_in + t_step without."""
+    t_in = m.input_s if t_in is None else t_in
+    t_step = cached_step_s(m) if t_step is None else t_step
+    prefetch = prefetched(m) if prefetch is None else prefetch
+    return max(t_in, t_step) if prefetch else t_in + t_step
+
+
+def _gain(m: Measured, **after) -> float:
+    return modelled_step_s(m) / max(modelled_step_s(m, **after), 1e-12)
+
+
+def _input_fixes(m: Measured) -> list[Fix]:
+    """From the pipeline's operations: sequential map, no prefetch, no cache.
+
+    A map on all `cores` instead of one: t_in / cores. Prefetch: the input overlaps the
+    step. A cache after the maps: the input's work is gone from the second epoch (t_in 0).
+    """
+    names = [op for op, _ in m.pipeline]
+    out = []
+    sequential = [op for op, par in m.pipeline if op.endswith("Map") and par == 1]
+    if sequential:
+        out.append(
+            Fix(
+                "input",
+                "map(..., num_parallel_calls=tf.data.AUTOTUNE)",
+                _gain(m, t_in=m.input_s / max(m.cores, 1)),
+                f"{len(sequential)} map(s) run on one core at a time; {m.cores} cores here "
+                "(tfaccel.data.pipeline's preprocess= is parallel already; data.explain "
+                "shows the order)",
+            )
+        )
+    if not prefetched(m):
+        out.append(
+            Fix(
+                "input",
+                "end the pipeline with .prefetch(tf.data.AUTOTUNE)",
+                _gain(m, prefetch=True),
+                "without it the next batch is made only when the step asks for it",
+            )
+        )
+    has_map = any(op.endswith("Map") for op in names)
+    if has_map and not any(op.startswith("Cache") for op in names):
+        out.append(
+            Fix(
+                "input",
+                "cache() after the maps (augment after it)",
+                _gain(m, t_in=0.0),
+                "from the second epoch the maps' work is read back from memory or disk "
+                "(tfaccel.data.pipeline(cache=...))",
+                condition="if the maps are deterministic and their output fits",
+            )
+        )
+    if not out:
+        out.append(
+            Fix(
+                "input",
+                "a faster source: interleave(num_parallel_calls=AUTOTUNE) over files, "
+                "TFRecords on local disk, or the tf.data service",
+                None,
+                "the pipeline is parallel, cached and prefetched already; its source limits it",
+            )
+        )
+    return out
+
+
+def _host_fixes(m: Measured) -> list[Fix]:
+    """More steps per call: the step becomes s + o/n' with n' = `loop_size.choose(o, s)`."""
+    o, s, n = m.call_overhead_s, cached_step_s(m) - parts(m)["host"], m.steps_per_loop
+    best = loop_size.choose(o, s)
+    if best <= n:
+        return []
+    action = (
+        'Trainer(..., steps_per_loop="auto")'
+        if m.trainer
+        else f"model.compile(..., steps_per_execution={best})"
+    )
+    return [
+        Fix(
+            "host",
+            action,
+            _gain(m, t_step=s + o / best),
+            f"each call costs {o * 1e3:.2f} ms on the host for steps of {s * 1e3:.2f} ms; "
+            f"{best} steps per call keep it under {loop_size.OVERHEAD_TARGET:.0%}",
+        )
+    ]
+
+
+def accumulation_for(m: Measured) -> int:
+    """The fewest batches per all-reduce that bring it under `COMMUNICATION_TARGET`."""
+    p = parts(m)
+    rest = p["compute"] + p["host"]
+    ar = p["communication"]
+    for k in range(2, MAX_ACCUMULATE + 1):
+        if ar / k <= COMMUNICATION_TARGET * (rest + ar / k):
+            return k
+    return MAX_ACCUMULATE
+
+
+def _communication_fixes(m: Measured) -> list[Fix]:
+    """Accumulation: one all-reduce per k batches, so a batch costs t - ar + ar / k."""
+    if not m.all_reduce_s or m.all_reduce_s <= 0:
+        return []
+    k = accumulation_for(m)
+    ar = parts(m)["communication"]
+    gain = _gain(m, t_step=cached_step_s(m) - ar + ar / k)
+    where = "Trainer(..., accumulate_steps={k})" if m.trainer else "tfaccel.Trainer(model, ...)"
+    return [
+        Fix(
+            "communication",
+            where.format(k=k),
+            gain,
+            f"the all-reduce of {m.gradient_mb:.1f} MB of gradients takes {ar * 1e3:.1f} ms "
+            f"a step; summed over {k} batches it runs once per {k} (effective batch "
+            f"{k * m.batch}: scale the learning rate with tuning.scaled_learning_rate)",
+        ),
+        Fix(
+            "communication",
+            f"a {k}x larger batch per replica with a scaled learning rate",
+            gain,
+            "the same all-reduce carries k times the examples (if memory allows)",
+        ),
+    ]
+
+
+def _compute_fixes(m: Measured) -> list[Fix]:
+    fraction = compute_fraction_of_peak(m)
+    if m.device == "CPU":
+        if fraction is not None and fraction >= NEAR_PEAK:
+            return [
+                Fix(
+                    "compute",
+                    "none",
+                    1.0,
+                    f"at {fraction:.0%} of this machine's float32 matmul peak, nothing to gain "
+                    "here: no software fix applies (a faster device would)",
+                    software=False,
+                )
+            ]
+        known = "" if fraction is None else f" at {fraction:.0%} of the matmul peak"
+        return [
+            Fix(
+                "compute",
+                "a larger batch (tfaccel.tuning.find_batch_size measures examples/s per batch)",
+                None if fraction is None else min(1.0 / max(fraction, 1e-3), 10.0),
+                f"the step computes{known}; larger matrices run closer to the peak (the "
+                "prediction is that bound)",
+            )
+        ]
+    out = []
+    if m.dtype_policy == "float32" and (m.gpu_capability or (0,))[0] >= 7:
+        out.append(
+            Fix(
+                "compute",
+                'tfaccel.precision.apply("auto") (mixed precision)',
+                None,
+                "this GPU has tensor cores that float32 does not use; not measured here",
+            )
+        )
+    if not m.jit_compile:
+        out.append(
+            Fix(
+                "compute",
+                "Trainer(..., jit_compile=True) (XLA)"
+                if m.trainer
+                else "compile(jit_compile=True)",
+                None,
+                "fuses element-wise ops; not measured here",
+            )
+        )
+    return out
+
+
+def _memory_fixes(m: Measured) -> list[Fix]:
+    fraction = memory_fraction(m)
+    if fraction is None or fraction < MEMORY_FULL:
+        return []
+    return [
+        Fix(
+            "memory",
+            "Trainer(..., accumulate_steps=2) with half the batch",
+            None,
+            f"the peak is {fraction:.0%} of {m.memory.get('what')}: the same effective "
+            "batch in two passes",
+        ),
+        Fix(
+            "memory",
+            "mixed precision or remat (tfaccel.blocks remat=True)",
+            None,
+            "less activation memory",
+        ),
+    ]
+
+
+def largest_batch(m: Measured) -> int | None:
+    """The largest batch predicted to fit under `MEMORY_FULL` of the capacity: the
+    memory above the variables' (model and optimizer) grows with the batch."""
+    peak, capacity = m.memory.get("peak_mb"), m.memory.get("capacity_mb")
+    fixed = m.memory.get("fixed_mb") or 0.0
+    if not peak or not capacity or peak <= fixed or m.device != "GPU":
+        return None
+    per_example = (peak - fixed) / m.batch
+    return max(int((MEMORY_FULL * capacity - fixed) / per_example), 0)
