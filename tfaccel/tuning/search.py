@@ -311,7 +311,7 @@ def find_batch_size(
             f"{type(build_model).__name__}. Pass the function, not a model: e.g. "
             "find_batch_size(lambda: make_model(), ...)."
         )
-    dataset = inputs.to_unbatched_dataset(data)
+    dataset = inputs.without_rewrites(inputs.to_unbatched_dataset(data))
     strategy = strategy or tf.distribute.get_strategy()
     replicas = strategy.num_replicas_in_sync
     if effective_batch_size is not None and effective_batch_size % replicas:
