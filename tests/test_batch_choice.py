@@ -9,7 +9,7 @@ import pytest
 import tensorflow as tf
 
 from tfaccel import tuning
-from tfaccel.tuning import budget, noise_probe
+from tfaccel.tuning import budget, inputs, noise_probe
 from tfaccel.tuning.report import BatchSizeReport, ProbeRow
 
 SCE = "sparse_categorical_crossentropy"
@@ -255,3 +255,10 @@ def test_the_search_keeps_the_noise_scales_reserve_and_then_measures_it(monkeypa
     assert kept.noise_scale is not None and math.isfinite(kept.noise_scale)
     assert kept.noise_scale_note.startswith("after a warm-up")
     assert len(builds) == 1
+
+
+def test_the_probes_data_skip_tf_datas_default_rewrites():
+    # Each rewrite re-serializes the in-memory arrays at every probe's iterator.
+    dataset = inputs.without_rewrites(tf.data.Dataset.range(4))
+    assert dataset.options().experimental_optimization.apply_default_optimizations is False
+    assert list(dataset.batch(2).as_numpy_iterator())[1].tolist() == [2, 3]
