@@ -22,14 +22,17 @@ was left at its batch (too small for a probe to pay).
 
 Writes `benchmarks/results/batch_size.json`, `batch_size.png` (part 1's search) and
 `batch_size_jobs.png` (part 2: accuracy against training seconds, both runs, per job).
-Run: `python benchmarks/batch_size.py [--quick]`. `--quick` checks that the script works
-(a small CNN, batches 8–64, few steps, tiny jobs) and writes `batch_size.quick.*`.
+Run: `python benchmarks/batch_size.py [--quick] [--jobs digits cifar]`. `--quick` checks
+that the script works (a small CNN, batches 8–64, few steps, tiny jobs) and writes
+`batch_size.quick.*`. `--jobs` runs only part 2's named jobs and merges them into the
+existing results JSON (part 1 and the other jobs as they were), redrawing the jobs plot.
 """
 
 from __future__ import annotations
 
 import argparse
 import gc
+import json
 import pathlib
 import statistics
 import time
@@ -43,6 +46,7 @@ import tfaccel
 from tfaccel import strict_json
 
 RESULTS = pathlib.Path(__file__).parent / "results"
+JOBS = {"digits": batch_size_jobs.digits_job, "cifar": batch_size_jobs.cifar_job}
 EPOCH_EXAMPLES = 50_000
 
 
@@ -119,7 +123,15 @@ def sweep(build, batches: list[int], x, y, examples: int, rounds: int) -> dict:
 def main(argv=None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--quick", action="store_true", help="small CNN, batches 8–64, few steps")
+    parser.add_argument(
+        "--jobs",
+        nargs="+",
+        choices=sorted(JOBS),
+        help="run only these part-2 jobs; merge them into the existing results JSON",
+    )
     args = parser.parse_args(argv)
+    if args.jobs:
+        return rerun_jobs(args.jobs, args.quick)
     limit = 64 if args.quick else 1024
     rounds = 2 if args.quick else 5
     examples = 128 if args.quick else 2048
@@ -170,12 +182,24 @@ def main(argv=None) -> dict:
         "cost <= 0.5": results["cost_probe_over_epoch"] <= 0.5,
     }
     tfaccel.tuning.release_memory()
-    jobs = {}
-    for make in (batch_size_jobs.digits_job, batch_size_jobs.cifar_job):
-        job = make(args.quick)
+    results["jobs"] = {}
+    run_jobs(results, list(JOBS), args.quick)
+    report.plot(RESULTS / f"{_stem(args.quick)}.png")
+    return results
+
+
+def _stem(quick: bool) -> str:
+    return "batch_size.quick" if quick else "batch_size"
+
+
+def run_jobs(results: dict, names: list[str], quick: bool) -> None:
+    """Runs part 2's named jobs into `results`; writes the JSON and the jobs plot."""
+    jobs = results["jobs"]
+    for name in names:
+        job = JOBS[name](quick)
         jobs[job["name"]] = batch_size_jobs.run_job(job)
+        jobs[job["name"]]["ran_at"] = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
         tfaccel.tuning.release_memory()
-    results["jobs"] = jobs
     for name, job in jobs.items():
         ratio, limit = job["time_to_default_accuracy_ratio"], 1.1 if name == "digits" else 1.0
         key = f"{name}: time to accuracy {'<=' if name == 'digits' else '<'} {limit}"
@@ -185,19 +209,31 @@ def main(argv=None) -> dict:
     results["targets"].update(
         {f"{name} | {k}": v for name, job in jobs.items() for k, v in job["targets"].items()}
     )
-    stem = "batch_size.quick" if args.quick else "batch_size"
+    stem = _stem(quick)
     RESULTS.mkdir(parents=True, exist_ok=True)
     batch_size_jobs.plot(
-        jobs, RESULTS / f"{stem}.jobs.png" if args.quick else RESULTS / "batch_size_jobs.png"
+        jobs, RESULTS / f"{stem}.jobs.png" if quick else RESULTS / "batch_size_jobs.png"
     )
     (RESULTS / f"{stem}.json").write_text(strict_json.dumps(results, indent=2))
-    report.plot(RESULTS / f"{stem}.png")
     summary = {k: v for k, v in results.items() if k not in ("report", "jobs")}
     summary["jobs"] = {
         name: {k: v for k, v in job.items() if k not in ("report", "default", "tuned")}
         for name, job in jobs.items()
     }
     print(strict_json.dumps(summary, indent=2))
+
+
+def rerun_jobs(names: list[str], quick: bool) -> dict:
+    """`--jobs`: reruns the named jobs into the existing results JSON."""
+    path = RESULTS / f"{_stem(quick)}.json"
+    if not path.exists():
+        raise SystemExit(
+            f"--jobs merges into {path}, which does not exist: run the whole benchmark first "
+            "(without --jobs)."
+        )
+    results = json.loads(path.read_text())
+    results.setdefault("jobs", {})
+    run_jobs(results, names, quick)
     return results
 
 

@@ -9,6 +9,7 @@ import pytest
 import tensorflow as tf
 
 from tfaccel import tuning
+from tfaccel.tuning import budget, inputs, noise_probe
 from tfaccel.tuning.report import BatchSizeReport, ProbeRow
 
 SCE = "sparse_categorical_crossentropy"
@@ -194,3 +195,70 @@ def test_limits_survive_json_with_an_unbounded_noise_scale():
     back = BatchSizeReport.from_dict(json.loads(text))
     assert back.noise_scale == math.inf and back.limits["noise scale"] == math.inf
     assert "B_simple ≈ unbounded" in back.limits_line()
+
+
+class FakeClock:
+    """A clock set by hand (seconds)."""
+
+    def __init__(self):
+        self.now = 0.0
+
+    def __call__(self):
+        return self.now
+
+
+def test_a_candidate_is_not_started_when_it_would_eat_the_reserve():
+    clock = FakeClock()
+    rows = [ProbeRow(8, True, 800.0, 1.0, "ok", seconds=0.5)]  # fixed cost ≈ 0.47 s
+    limit = budget.TimeLimit(0.0, 10.0, None, clock=clock)
+    clock.now = 6.0
+    assert not limit.spent(rows, 16, steps=2)  # 6 s + ≈0.5 s of probe < 10 s
+    assert limit.spent(rows, 16, steps=2, reserve=lambda seconds: 4.0)  # ... + 4 s kept
+    assert not limit.spent(rows, 16, steps=2, reserve=lambda seconds: 3.0)
+
+
+def test_the_limit_is_taken_as_it_will_stand_once_a_faster_batch_is_timed():
+    clock = FakeClock()
+    rows = [ProbeRow(8, True, 800.0, 1.0, "ok", seconds=0.5)]
+    # 10 % of 80,000 examples at 800/s: 10 s now; at batch 32 up to 3,200/s: 2.5 s.
+    limit = budget.TimeLimit(0.0, None, 80_000, clock=clock)
+    assert limit.seconds(rows) == pytest.approx(10.0)
+    clock.now = 2.0
+    assert not limit.spent(rows, 8, steps=2)
+    assert limit.spent(rows, 32, steps=2)
+    assert budget.fastest_after(rows, 32) == pytest.approx(3_200.0)
+    assert budget.fastest_after(rows, 4) == pytest.approx(800.0)  # never below the fastest
+
+
+def test_the_search_keeps_the_noise_scales_reserve_and_then_measures_it(monkeypatch):
+    build, data, _ = linear_problem(noise=1.0, n=2_048)
+    builds = []
+
+    def counted():
+        builds.append(1)
+        return build()
+
+    # Only candidates run without the noise scale: nothing reserved, none stopped for time.
+    free = tuning.find_batch_size(
+        counted, data, loss="mse", start=8, limit=64, mode="power", steps=1,
+        budget_s=600, noise_scale=False,
+    )  # fmt: skip
+    assert [r.reason for r in free.rows] == ["ok"] * 4 + ["limit"]
+    # A reserve as large as the budget: no candidate after the first may start; the
+    # noise scale then runs in the time kept, on the last probe's model (no extra build).
+    monkeypatch.setattr(noise_probe, "reserve", lambda search, batch, limit: limit)
+    builds.clear()
+    kept = tuning.find_batch_size(
+        counted, data, loss="mse", start=8, limit=64, mode="power", steps=1, budget_s=600
+    )
+    assert [(r.batch_size, r.reason) for r in kept.rows] == [(8, "ok"), (16, "time")]
+    assert kept.noise_scale is not None and math.isfinite(kept.noise_scale)
+    assert kept.noise_scale_note.startswith("after a warm-up")
+    assert len(builds) == 1
+
+
+def test_the_probes_data_skip_tf_datas_default_rewrites():
+    # Each rewrite re-serializes the in-memory arrays at every probe's iterator.
+    dataset = inputs.without_rewrites(tf.data.Dataset.range(4))
+    assert dataset.options().experimental_optimization.apply_default_optimizations is False
+    assert list(dataset.batch(2).as_numpy_iterator())[1].tolist() == [2, 3]

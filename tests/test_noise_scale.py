@@ -34,7 +34,7 @@ def test_noise_scale_matches_the_exact_value_of_a_linear_model(noise):
     model, data, exact = linear_problem(noise)
     before = model.get_weights()[0].copy()
     estimate = tuning.gradient_noise_scale(model, data, "mse", small=8, big=512, batches=50)
-    assert estimate.b_simple == pytest.approx(exact, rel=0.25)
+    assert estimate.b_simple == pytest.approx(exact, rel=0.2)
     np.testing.assert_array_equal(model.get_weights()[0], before)  # weights untouched
     assert "B_simple" in str(estimate)
 
@@ -72,3 +72,16 @@ def test_find_batch_size_keeps_the_best_batch_at_or_below_the_noise_scale():
         build, data, loss="mse", start=8, limit=512, steps=2, noise_scale=False
     )
     assert without.noise_scale is None and without.decided_by == "throughput knee"
+
+
+def test_the_draws_stop_once_the_estimate_is_precise_enough():
+    model, data, exact = linear_problem(3.0)
+    estimate = tuning.gradient_noise_scale(
+        model, data, "mse", small=8, big=512, batches=50, tolerance=0.1
+    )
+    assert estimate.b_simple == pytest.approx(exact, rel=0.2)
+    assert 4 <= estimate.batches < 50 and estimate.small_batches == 8 * estimate.batches
+    with pytest.raises(ValueError, match="tolerance must be a relative error > 0"):
+        tuning.gradient_noise_scale(model, data, "mse", tolerance=0)
+    with pytest.raises(ValueError, match="min_batches must be >= 2"):
+        tuning.gradient_noise_scale(model, data, "mse", tolerance=0.1, min_batches=1)

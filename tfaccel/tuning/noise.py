@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import statistics
 
 import keras
 import tensorflow as tf
@@ -53,10 +54,15 @@ class NoiseScale:
         )
 
 
-def _squared_norm_fn(model: keras.Model, loss):
+def _squared_norm_fn(model: keras.Model, loss, element_spec):
+    """|∇ loss|² of a batch, traced once for every batch size (the batch dimension is None)."""
     loss_fn = keras.losses.get(loss) if isinstance(loss, str) else loss
+    x_spec, y_spec = (
+        tf.nest.map_structure(lambda s: tf.TensorSpec([None, *s.shape], s.dtype), spec)
+        for spec in element_spec
+    )
 
-    @tf.function
+    @tf.function(input_signature=[x_spec, y_spec])
     def squared_norm(x, y):
         with tf.GradientTape() as tape:
             value = tf.reduce_mean(loss_fn(y, model(x, training=True)))
@@ -64,6 +70,26 @@ def _squared_norm_fn(model: keras.Model, loss):
         return tf.add_n([tf.reduce_sum(tf.square(tf.cast(g, tf.float32))) for g in grads])
 
     return squared_norm
+
+
+def relative_error(small: int, big: int, small_norms: list, big_norms: list) -> float:
+    """The estimate's relative standard error, by the delta method (inf: too few to tell).
+
+    B_simple = S / G with S, G linear in the two means of squared norms; their
+    variances are the sample variances over the counts (the two sizes drawn apart).
+    """
+    if len(small_norms) < 2 or len(big_norms) < 2:
+        return math.inf
+    m_s, m_b = statistics.fmean(small_norms), statistics.fmean(big_norms)
+    var_s = statistics.variance(small_norms) / len(small_norms)
+    var_b = statistics.variance(big_norms) / len(big_norms)
+    k_s, k_g = 1 / (1 / small - 1 / big), 1 / (big - small)
+    trace, gradient = k_s * (m_s - m_b), k_g * (big * m_b - small * m_s)
+    if gradient <= 0 or trace <= 0:
+        return math.inf
+    d_small = (k_s * gradient + small * k_g * trace) / gradient**2
+    d_big = (k_s * gradient + big * k_g * trace) / gradient**2
+    return math.sqrt(d_small**2 * var_s + d_big**2 * var_b) / (trace / gradient)
 
 
 def gradient_noise_scale(
@@ -76,8 +102,13 @@ def gradient_noise_scale(
     batches: int = 16,
     small_batches: int | None = None,
     seed: int = 0,
+    tolerance: float | None = None,
+    min_batches: int = 4,
 ) -> NoiseScale:
     """Estimates B_simple for `model` at its current weights on `data` (unbatched (x, y)).
+
+    The batches are drawn in rounds of one big batch and `small_batches / batches`
+    small ones; the gradient is traced once for both sizes.
 
     Args:
         model: a built Keras model (its weights are not changed; in training mode its
@@ -85,34 +116,61 @@ def gradient_noise_scale(
         data: an unbatched dataset of `(x, y)` with at least `big` examples.
         loss: a Keras loss (name, function or object), averaged over the batch.
         small, big: the two batch sizes (small < big).
-        batches: big batches whose squared gradient norms are averaged.
+        batches: big batches whose squared gradient norms are averaged (at most, with
+            `tolerance`).
         small_batches: small batches averaged; default `8 * batches` (they are cheap, and
             their noisier norms decide the estimate's spread).
         seed: the shuffle seed that draws the batches.
+        tolerance: stop early, after at least `min_batches` rounds, once the estimate's
+            relative standard error (delta method) is at most this; None: all batches.
+        min_batches: the fewest rounds before `tolerance` may stop the draws (>= 2).
 
     Raises:
-        ValueError: `small` >= `big`, sizes < 1, or fewer than `big` examples.
+        ValueError: `small` >= `big`, sizes < 1, fewer than `big` examples, a
+            `tolerance` <= 0 or `min_batches` < 2.
     """
     if not 1 <= small < big or batches < 1:
         raise ValueError(
             f"Need 1 <= small < big and batches >= 1, got small={small}, big={big}, "
             f"batches={batches}."
         )
+    if tolerance is not None and not tolerance > 0:
+        raise ValueError(f"tolerance must be a relative error > 0 (e.g. 0.1), got {tolerance!r}.")
+    if min_batches < 2:
+        raise ValueError(f"min_batches must be >= 2 (a variance needs two), got {min_batches!r}.")
     count = int(data.cardinality())
     if 0 <= count < big:
         raise ValueError(f"The data holds {count} examples, fewer than big={big}.")
-    squared_norm = _squared_norm_fn(model, loss)
-    means = {}
-    counts = {small: small_batches or 8 * batches, big: batches}
-    for size, count in counts.items():
-        drawn = data.shuffle(10_000, seed=seed, reshuffle_each_iteration=True).repeat()
-        values = [
-            float(squared_norm(x, y)) for x, y in drawn.batch(size, drop_remainder=True).take(count)
-        ]
-        means[size] = sum(values) / len(values)
+    squared_norm = _squared_norm_fn(model, loss, data.element_spec)
+    small_count = small_batches or 8 * batches
+    buffer = 10_000 if count < 0 else min(count, 10_000)
+
+    def draws(size: int, offset: int):
+        shuffled = data.shuffle(buffer, seed=seed + offset, reshuffle_each_iteration=True)
+        return iter(shuffled.repeat().batch(size, drop_remainder=True))
+
+    small_iter, big_iter = draws(small, 0), draws(big, 1)
+    norms = {small: [], big: []}
+    for round_ in range(1, batches + 1):
+        norms[big].append(float(squared_norm(*next(big_iter))))
+        while len(norms[small]) < small_count * round_ // batches:
+            norms[small].append(float(squared_norm(*next(small_iter))))
+        if (
+            tolerance is not None
+            and round_ >= min_batches
+            and relative_error(small, big, norms[small], norms[big]) <= tolerance
+        ):
+            break
+    means = {size: statistics.fmean(values) for size, values in norms.items()}
     gradient_sq = (big * means[big] - small * means[small]) / (big - small)
     trace_sigma = (means[small] - means[big]) / (1 / small - 1 / big)
     b_simple = trace_sigma / gradient_sq if gradient_sq > 0 else math.inf
     return NoiseScale(
-        max(b_simple, 0.0), gradient_sq, trace_sigma, small, big, counts[small], batches
+        max(b_simple, 0.0),
+        gradient_sq,
+        trace_sigma,
+        small,
+        big,
+        len(norms[small]),
+        len(norms[big]),
     )

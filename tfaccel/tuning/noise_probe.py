@@ -1,17 +1,20 @@
 """`find_batch_size`'s noise-scale step: a short warm-up, then B_simple, within the budget.
 
 The noise scale grows as the loss falls (McCandlish et al. 2018, section 3): measured
-at the initial weights it is at its smallest. The step therefore first trains a fresh
-model on the shuffled data at batch 32 (Keras' default, with the optimizer as given)
-for a warm-up, then estimates B_simple (`gradient_noise_scale`) at the warmed weights.
-Even so it reads the noise scale early in training: a cautious bound.
+at the initial weights it is at its smallest. The step therefore first trains the last
+probe's model (or a fresh one if that probe failed) on the shuffled data at batch 32
+(Keras' default, with the optimizer as given) for a warm-up, then estimates B_simple
+(`gradient_noise_scale`, traced once for both batch sizes, stopping early once its
+relative standard error is at most `TOLERANCE`) at the warmed weights. Even so it
+reads the noise scale early in training: a cautious bound.
 
-Its cost is estimated before it starts from the candidates' own measurements: two
-fixed costs (a model build and trace, as the probes took) plus the estimate's
-examples at the examples/s measured at its two batches, plus the warm-up's examples
-at the rate measured at the warm-up batch. Under a time limit the warm-up gets what
-the limit leaves after the estimate; if not even the estimate fits, it is skipped
-and the report says so.
+Its cost is predicted from the candidates' own measurements: one fixed cost (a trace,
+as the probes took; two with a fresh build) plus the estimate's examples (all its
+batches) at the examples/s measured at its two batches, plus the warm-up's examples at
+the rate measured at the warm-up batch. While candidates are probed, `reserve` keeps
+that cost free: a candidate is not started when it would eat into it. The warm-up gets
+what the limit leaves after the estimate (its reserve: at most `NOISE_SHARE` of the
+limit); if not even the estimate fits, it is skipped and the report says so.
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ import statistics
 
 import tensorflow as tf
 
-from tfaccel.tuning.budget import TimeLimit, fixed_seconds, rate_at
+from tfaccel.tuning.budget import NOISE_SHARE, TimeLimit, fixed_seconds, rate_at
 from tfaccel.tuning.noise import gradient_noise_scale
 from tfaccel.tuning.oom import is_out_of_memory, release_memory
 from tfaccel.tuning.report import ProbeRow
@@ -32,7 +35,8 @@ logger = logging.getLogger("tfaccel")
 
 WARMUP_BATCH = 32
 WARMUP_EXAMPLES = 10_000  # without a time limit: at most one pass over this many
-BATCHES = 16  # big batches averaged (and 8x as many small ones)
+BATCHES = 16  # big batches averaged at most (and 8x as many small ones)
+TOLERANCE = 0.1  # the estimate's relative standard error at which the draws stop
 
 
 @dataclasses.dataclass(frozen=True)
@@ -46,35 +50,67 @@ class NoiseStep:
 
 
 def plan(
-    rows: list[ProbeRow], steps: int, examples: int | None, largest: int, knee: int
+    rows: list[ProbeRow],
+    steps: int,
+    examples: int | None,
+    largest: int,
+    knee: int,
+    fresh: bool = False,
 ) -> tuple[int, int, float]:
-    """(small, big, estimated seconds of the estimate itself, without the warm-up)."""
+    """(small, big, predicted seconds of the estimate itself, without the warm-up).
+
+    `largest` is per device; `fresh`: no probe's model to reuse (one more build and trace).
+    """
     big = min(largest, examples or largest, max(knee, 64))
     small = max(1, min(8, big // 4))
-    fixed = statistics.mean(fixed_seconds(r, steps) for r in rows if r.fits) if rows else 0.0
-    seconds = 2 * fixed
+    fitted = [fixed_seconds(r, steps) for r in rows if r.fits]
+    fixed = statistics.mean(fitted) if fitted else 0.0
+    seconds = (2 if fresh else 1) * fixed
     for size, count in ((small, 8 * BATCHES), (big, BATCHES)):
         rate = rate_at(rows, size)
         seconds += count * size / rate if rate else 0.0
     return small, big, seconds
 
 
+def _warmup_plan(search, largest: int, warmup: int | None) -> tuple[int, int, float]:
+    """(warm-up batch, examples asked for, examples/s measured at that batch)."""
+    examples = search.examples
+    warm_batch = min(WARMUP_BATCH, largest, examples or largest)
+    if warmup is None:
+        warmup = min(examples or WARMUP_EXAMPLES, WARMUP_EXAMPLES)
+    return warm_batch, warmup, rate_at(search.rows, warm_batch) or 0.0
+
+
+def reserve(search, batch: int, limit: float) -> float:
+    """Seconds to keep for the noise scale should `batch` be the largest and the knee.
+
+    The estimate's predicted cost, plus its warm-up's up to `NOISE_SHARE` of `limit`.
+    """
+    per_device = max(1, batch // search.strategy.num_replicas_in_sync)
+    if min(per_device, search.examples or per_device) < 2:
+        return 0.0
+    _, _, seconds = plan(search.rows, search.steps, search.examples, per_device, batch)
+    _, warmup, warm_rate = _warmup_plan(search, batch, search.noise_warmup)
+    warm_seconds = warmup / warm_rate if warm_rate else 0.0
+    if search.noise_warmup is None:  # the warm-up shrinks to what is left
+        warm_seconds = min(warm_seconds, max(0.0, NOISE_SHARE * limit - seconds))
+    return seconds + warm_seconds
+
+
 def measure(search, limit: TimeLimit, largest: int, knee: int, warmup: int | None) -> NoiseStep:
-    """Warms a fresh model up and estimates B_simple, within what `limit` leaves."""
+    """Warms the last probe's model up and estimates B_simple, within what `limit` leaves."""
     rows, examples = search.rows, search.examples
     # The estimate runs on one device, outside the strategy: a replica's share at most.
     per_device = max(1, largest // search.strategy.num_replicas_in_sync)
     big_max = min(per_device, examples or per_device)
     if big_max < 2:
         return NoiseStep(math.inf, 0, 0.0, "one example per batch: nothing to compare")
-    small, big, seconds = plan(rows, search.steps, examples, per_device, knee)
-    warm_batch = min(WARMUP_BATCH, largest, examples or largest)
-    warm_rate = rate_at(rows, warm_batch) or 0.0
+    model, search.last_model = search.last_model, None
+    small, big, seconds = plan(rows, search.steps, examples, per_device, knee, model is None)
+    warm_batch, asked, warm_rate = _warmup_plan(search, largest, warmup)
     left = limit.left(rows)
-    if warmup is None:
-        warmup = min(examples or WARMUP_EXAMPLES, WARMUP_EXAMPLES)
-        if left is not None:
-            warmup = min(warmup, int(max(0.0, left - seconds) * warm_rate))
+    if warmup is None and left is not None:
+        asked = min(asked, int(max(0.0, left - seconds) * warm_rate))
     if left is not None and seconds > left:
         note = (
             f"not measured: its estimated {seconds:.1f} s exceed the {max(left, 0):.1f} s "
@@ -82,13 +118,14 @@ def measure(search, limit: TimeLimit, largest: int, knee: int, warmup: int | Non
         )
         logger.info("find_batch_size: noise scale %s", note)
         return NoiseStep(None, 0, seconds, note)
-    total = seconds + (warmup / warm_rate if warm_rate else 0.0)
+    total = seconds + (asked / warm_rate if warm_rate else 0.0)
     logger.info(
-        "find_batch_size: noise scale after %d warm-up examples, estimated %.1f s", warmup, total
+        "find_batch_size: noise scale after %d warm-up examples, estimated %.1f s", asked, total
     )
-    model = search._build()
     try:
-        warm_steps = warmup // warm_batch
+        if model is None:
+            model = search._build()
+        warm_steps = asked // warm_batch
         if warm_steps:
             shuffled = search.data.shuffle(min(examples or 10_000, 10_000), seed=0).repeat()
             model.fit(
@@ -99,7 +136,13 @@ def measure(search, limit: TimeLimit, largest: int, knee: int, warmup: int | Non
                 verbose=0,
             )
         estimate = gradient_noise_scale(
-            model, search.data, search.loss, small=small, big=big, batches=BATCHES
+            model,
+            search.data,
+            search.loss,
+            small=small,
+            big=big,
+            batches=BATCHES,
+            tolerance=TOLERANCE,
         )
     except Exception as error:  # noqa: BLE001 - only out-of-memory is caught
         if not is_out_of_memory(error):
@@ -111,5 +154,8 @@ def measure(search, limit: TimeLimit, largest: int, knee: int, warmup: int | Non
         del model
         release_memory()
     logger.info("find_batch_size: %s", estimate)
-    note = f"after a warm-up of {warm_steps * warm_batch:,} examples at batch {warm_batch}"
+    note = (
+        f"after a warm-up of {warm_steps * warm_batch:,} examples at batch {warm_batch}; "
+        f"{estimate.batches} batches of {big}, {estimate.small_batches} of {small}"
+    )
     return NoiseStep(estimate.b_simple, warm_steps * warm_batch, total, note)

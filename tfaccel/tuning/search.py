@@ -98,6 +98,8 @@ class _Search:
         self.rows: list[ProbeRow] = []
         self.examples = inputs.count_examples(data)  # None: counted when a batch needs it
         self.time_limit = time_limit
+        self.noise_asked, self.noise_warmup = False, None  # set by find_batch_size
+        self.last_model: keras.Model | None = None  # the last probe's, kept for the noise scale
 
     def has_examples(self, batch_size: int) -> bool:
         """Whether the data holds at least `batch_size` examples (counting only that many)."""
@@ -107,6 +109,13 @@ class _Search:
                 return True
             self.examples = count
         return batch_size <= self.examples
+
+    def spent(self, batch: int) -> bool:
+        """Whether a probe of `batch` would eat into the time limit or the noise scale's reserve."""
+        reserve = None
+        if self.noise_asked:
+            reserve = lambda limit: noise_probe.reserve(self, batch, limit)  # noqa: E731
+        return self.time_limit.spent(self.rows, batch, self.steps, reserve)
 
     def _fitted(self) -> list[tuple[int, float]]:
         return [(r.batch_size, r.peak_memory_mb) for r in self.rows if r.fits]
@@ -130,6 +139,7 @@ class _Search:
             self.rows.append(row)
             logger.info("batch %d: predicted %.0f MiB > budget, not run", batch_size, predicted)
             return row
+        self.last_model = None
         release_memory()
         began = time.perf_counter()
         data = (
@@ -156,6 +166,7 @@ class _Search:
             if not is_out_of_memory(error):
                 raise
             failure = describe_out_of_memory(error)
+        self.last_model = model if failure is None else None
         model = data = None
         if failure is not None:
             row = ProbeRow(batch_size, False, None, None, "oom", predicted, failure)
@@ -244,12 +255,14 @@ def find_batch_size(
         noise_scale: estimate the gradient noise scale B_simple (`gradient_noise_scale`,
             after a warm-up: see `noise_warmup`) and keep `best_batch_size` at or below
             it: past B_simple a larger batch spends examples without saving steps. On by
-            default; under a time limit it gets half of it and is skipped (the report's
-            `noise_scale_note` says so) when its estimated cost does not fit.
-        noise_warmup: examples to train a fresh model on (batch 32, the optimizer as
+            default; it continues from the last probe's model. Under a time limit its
+            predicted cost is reserved: no candidate is started that would eat into it.
+            It is skipped (the report's `noise_scale_note` says so) when its cost does
+            not fit even so (e.g. the first candidate took the whole limit).
+        noise_warmup: examples to train the model on (batch 32, the optimizer as
             given) before estimating the noise scale, which grows as the loss falls. None:
             one pass over at most 10,000 examples, or what the time limit leaves; 0: at
-            the initial weights.
+            the last probe's weights (`steps` + 1 steps from the initial weights).
         min_steps_per_epoch: `best_batch_size` leaves at least this many optimizer steps
             per epoch when the data's examples are known (a batch of the whole data
             trains one step an epoch, however fast); 1 turns the rule off.
@@ -303,7 +316,7 @@ def find_batch_size(
             f"{type(build_model).__name__}. Pass the function, not a model: e.g. "
             "find_batch_size(lambda: make_model(), ...)."
         )
-    dataset = inputs.to_unbatched_dataset(data)
+    dataset = inputs.without_rewrites(inputs.to_unbatched_dataset(data))
     strategy = strategy or tf.distribute.get_strategy()
     replicas = strategy.num_replicas_in_sync
     if effective_batch_size is not None and effective_batch_size % replicas:
@@ -329,15 +342,16 @@ def find_batch_size(
         meter,
         budget if (not meter.on_gpu or memory_budget_mb is not None) else None,
         clock,
-        TimeLimit(began, budget_s, job_examples, noise_scale),
+        TimeLimit(began, budget_s, job_examples),
     )
+    search.noise_asked, search.noise_warmup = noise_scale, noise_warmup
     gc.collect()
     gc.freeze()  # later collections skip everything alive now (TensorFlow's own objects)
     try:
         largest = _explore(search, start, limit, mode, math.lcm(granularity, replicas), replicas)
     finally:
         gc.unfreeze()
-        release_memory()  # the last probe's model and data
+        release_memory()  # the last probe's data (its model is kept for the noise scale)
     rows = search.rows
     max_batch_size = max(r.batch_size for r in rows if r.fits)
     knee_batch = knee_batch_size(rows, knee) or largest
@@ -348,6 +362,8 @@ def find_batch_size(
     if knee_batch == max_batch_size and capped_by == "memory":
         decided_by = "memory"  # examples/s still grew at the largest batch that fits
     limits = {"memory": max_batch_size, "throughput knee": knee_batch}
+    if not noise_scale:
+        search.last_model = None
     bounds = []  # (the largest batch it allows, its name)
     step = None
     if noise_scale:
@@ -421,7 +437,7 @@ def _explore(search: _Search, start, limit, mode, step: int, replicas: int) -> i
             search.rows.append(ProbeRow(batch, False, None, None, "limit"))
             capped = limit
             break
-        if largest is not None and search.time_limit.spent(search.rows, batch, search.steps):
+        if largest is not None and search.spent(batch):
             search.rows.append(ProbeRow(batch, False, None, None, "time"))
             break
         if not search.has_examples(batch):
@@ -475,7 +491,7 @@ def _explore(search: _Search, start, limit, mode, step: int, replicas: int) -> i
             if not candidates:
                 break
             middle = candidates[(len(candidates) - 1) // 2]
-            if search.time_limit.spent(search.rows, middle, search.steps):
+            if search.spent(middle):
                 break
             if search.probe(middle).fits:
                 largest = middle
