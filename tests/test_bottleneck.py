@@ -231,3 +231,15 @@ def test_the_timed_fetch_trains_the_same_steps():
     assert steps == timed_steps == 16 and losses == timed_losses
     for a, b in zip(plain.weights, timed.weights, strict=True):
         np.testing.assert_array_equal(a.numpy(), b.numpy())
+
+
+@pytest.mark.parametrize("distributed", [False, True], ids=["default", "mirrored"])
+def test_data_of_unknown_length_ends_its_epochs(distributed, mirrored):
+    # No cardinality: Keras learns the epoch's end from the fetch that finds no batch.
+    data = tf.data.Dataset.from_tensor_slices((X, Y)).filter(lambda x, y: True).batch(64)
+    bottleneck = cb.Bottleneck(verbose=0)
+    model = compiled(small, mirrored if distributed else None)
+    with pytest.warns(UserWarning, match="ran out of data"):
+        history = model.fit(data, epochs=2, verbose=0, callbacks=[bottleneck]).history
+    assert int(model.optimizer.iterations.numpy()) == 16
+    check_shares(history, bottleneck)
