@@ -65,6 +65,7 @@ def parser(
     batch_size: int,
     learning_rate: float,
     fallback: bool = True,
+    doctor: bool = False,
 ) -> argparse.ArgumentParser:
     """The command line every recipe shares; add recipe-specific flags to the result.
 
@@ -72,6 +73,8 @@ def parser(
         description: the recipe's docstring (shown by `--help`).
         epochs, batch_size, learning_rate: the recipe's defaults.
         fallback: whether the recipe has an offline fallback (`--no-fallback`).
+        doctor: whether the recipe takes `--doctor` (it calls `doctor(...)` in place of
+            training; `tfaccel doctor RECIPE.py` runs it so).
     """
     p = argparse.ArgumentParser(description=description, formatter_class=HelpFormatter)
     p.add_argument("--epochs", type=int, default=epochs, help="passes over the training data")
@@ -97,6 +100,21 @@ def parser(
         action="store_true",
         help="probe batch sizes first, then train at the best one with a scaled learning rate",
     )
+    if doctor:
+        p.add_argument(
+            "--doctor",
+            action="store_true",
+            help="diagnose what limits training (tfaccel.doctor.diagnose, a bounded number of "
+            "steps) and print the report instead of training",
+        )
+        p.add_argument(
+            "--doctor-budget",
+            type=float,
+            default=None,
+            metavar="S",
+            help="seconds the diagnosis aims to stay under, tracing excepted (default: 60 s "
+            "or 5%% of an epoch, whichever is larger; 5 s with --smoke)",
+        )
     p.add_argument("--smoke", action="store_true", help="a few steps on a few examples (for tests)")
     p.add_argument("--seed", type=int, default=0, help="random seed (weights, shuffling)")
     p.add_argument("--verbose", type=int, default=2, help="0 silent, 1 progress bar, 2 per epoch")
@@ -149,7 +167,8 @@ def setup(args: argparse.Namespace, name: str) -> Run:
     """Devices, strategy, dtype policy, seed and output folder, in that order.
 
     Raises:
-        ValueError: a non-positive --epochs / --batch-size / --learning-rate, a
+        ValueError: a non-positive --epochs / --batch-size / --learning-rate /
+            --doctor-budget, a
             --batch-size that does not divide evenly over the replicas, or an --out
             that is a file.
     """
@@ -159,6 +178,9 @@ def setup(args: argparse.Namespace, name: str) -> Run:
         raise ValueError(f"--batch-size must be >= 1 (the global batch), got {args.batch_size}.")
     if not args.learning_rate > 0:
         raise ValueError(f"--learning-rate must be > 0, got {args.learning_rate}.")
+    budget = getattr(args, "doctor_budget", None)
+    if budget is not None and not budget > 0:
+        raise ValueError(f"--doctor-budget must be a number of seconds > 0, got {budget}.")
     if args.smoke:
         args.epochs = min(args.epochs, 1)
         args.batch_size = min(args.batch_size, SMOKE_BATCH)
@@ -363,6 +385,31 @@ def tune_batch_size(
     args.batch_size, args.learning_rate = choice.batch_size, choice.learning_rate
 
 
+def doctor(run: Run, trainer: tfaccel.Trainer, train) -> dict:
+    """--doctor: diagnose the job instead of training it; print the report, save its files.
+
+    Runs `tfaccel.doctor.diagnose(trainer, train)` (bounded by `--doctor-budget`; the
+    weights and optimizer state are restored after), prints the report and writes
+    `doctor.json` and `doctor.png` under `--out` (chief only).
+
+    Returns:
+        The report as a dict (`Report.to_dict()`).
+    """
+    args = run.args
+    budget = args.doctor_budget  # checked by setup
+    if budget is None and args.smoke:
+        budget = 5.0
+    print(f"--doctor: diagnosing {run.name} (no training; the weights are restored after)")
+    report = tfaccel.doctor.diagnose(trainer, train, budget_s=budget, rounds=1 if args.smoke else 3)
+    print(report)
+    result = report.to_dict()
+    if run.is_chief:
+        report.plot(str(run.out / "doctor.png"))
+        (run.out / "doctor.json").write_text(strict_json.dumps(result, indent=2, default=str))
+        print(f"--doctor: report in {run.out / 'doctor.json'}, plot in {run.out / 'doctor.png'}")
+    return result
+
+
 def train_classifier(
     run: Run,
     data: dict[str, tf.data.Dataset],
@@ -390,7 +437,9 @@ def train_classifier(
         extra: more to record in metrics.json.
 
     Returns:
-        `(summary, trainer)`: what metrics.json holds and the trained Trainer.
+        `(summary, trainer)`: what metrics.json holds and the trained Trainer; with
+        `--doctor` (a parser built with `doctor=True`), the doctor's report as a dict and
+        the untrained Trainer.
     """
     args = run.args
     if args.tune_batch_size:
@@ -429,6 +478,8 @@ def train_classifier(
         metrics=["accuracy"],
         strategy=run.strategy,
     )
+    if getattr(args, "doctor", False):
+        return doctor(run, trainer, train), trainer
     chosen, throughput = callbacks(run)
     history = trainer.fit(
         train,

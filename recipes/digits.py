@@ -7,7 +7,8 @@ settings, per-epoch progress, throughput, memory and the final test accuracy;
 writes logs, metrics.json, curves.png and checkpoints under `runs/digits/<time>/`.
 
 Takes the core flags every recipe shares (`--help`; `--tune-batch-size` probes the batch
-size first); run again with the same `--out` to resume from its checkpoint
+size first, `--doctor` diagnoses what limits training instead of training:
+`tfaccel doctor recipes/digits.py`); run again with the same `--out` to resume from its checkpoint
 (`<out>/checkpoints` unless `--checkpoint-dir` says).
 Multi-worker on one machine: `tfaccel launch --workers 2 -- python recipes/digits.py`.
 """
@@ -55,7 +56,9 @@ def build_model(num_classes: int = 10) -> keras.Model:
 
 
 def main(argv=None) -> dict:
-    p = common.parser(__doc__, epochs=15, batch_size=64, learning_rate=2e-3, fallback=False)
+    p = common.parser(
+        __doc__, epochs=15, batch_size=64, learning_rate=2e-3, fallback=False, doctor=True
+    )
     p.add_argument("--logdir", default=None, help="old name of --out")
     common.default_is(p, "--data-dir", "unused, the digits ship with scikit-learn")
     common.default_is(p, "--out", "runs/digits/<time>/")
@@ -104,6 +107,8 @@ def main(argv=None) -> dict:
         metrics=["accuracy"],
         strategy=strategy,
     )
+    if args.doctor:  # diagnose instead of training (tfaccel doctor recipes/digits.py)
+        return common.doctor(run, trainer, train)
     chosen, throughput = common.callbacks(run, callbacks.DeviceMemory())
     history = trainer.fit(
         train,

@@ -6,7 +6,8 @@ Offline, scikit-learn's digits stand in (see `--no-fallback`).
 
     python recipes/googlenet_fashion_mnist.py --epochs 10
 
-Takes the core recipe flags (`--help`), e.g. `--tune-batch-size` to probe the batch size first.
+Takes the core recipe flags (`--help`), e.g. `--tune-batch-size` to probe the batch size first,
+or `--doctor` (`tfaccel doctor RECIPE.py`) to diagnose what limits training.
 """
 
 from __future__ import annotations
@@ -39,7 +40,9 @@ def sgd(learning_rate: float, steps_per_epoch: int) -> keras.optimizers.Optimize
 
 
 def main(argv=None) -> dict:
-    args = common.parser(__doc__, epochs=10, batch_size=128, learning_rate=0.05).parse_args(argv)
+    args = common.parser(
+        __doc__, epochs=10, batch_size=128, learning_rate=0.05, doctor=True
+    ).parse_args(argv)
     run = common.setup(args, NAME)
     data = common.load_tfds(run, "fashion_mnist", ("train", "test"), (28, 28, 1))
     summary, _ = common.train_classifier(

@@ -14,7 +14,8 @@ truncated files are skipped with a warning naming each one, so no epoch can stop
 half-way. 10 % of the labelled images validate. `submission.csv` has an `id` column
 and one probability column per breed (alphabetical), a row per test image.
 
-Takes the core recipe flags (`--help`), e.g. `--tune-batch-size` to probe the batch size first.
+Takes the core recipe flags (`--help`), e.g. `--tune-batch-size` to probe the batch size first,
+or `--doctor` (`tfaccel doctor RECIPE.py`) to diagnose what limits training.
 """
 
 from __future__ import annotations
@@ -169,7 +170,9 @@ def model_builder(size: int, classes: int, pretrained: bool, depth: int = 50):
 
 
 def main(argv=None) -> dict:
-    p = common.parser(__doc__, epochs=10, batch_size=64, learning_rate=0.01, fallback=False)
+    p = common.parser(
+        __doc__, epochs=10, batch_size=64, learning_rate=0.01, fallback=False, doctor=True
+    )
     common.default_is(p, "--data-dir", "the current folder")
     p.add_argument("--image-size", type=int, default=224, help="images are resized to this")
     p.add_argument(
@@ -235,6 +238,8 @@ def main(argv=None) -> dict:
         metrics=["accuracy"],
         strategy=run.strategy,
     )
+    if args.doctor:  # diagnose instead of training (tfaccel doctor recipes/kaggle_dog_breeds.py)
+        return common.doctor(run, trainer, train)
     chosen, throughput = common.callbacks(run)
     history = trainer.fit(
         train,

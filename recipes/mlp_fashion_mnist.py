@@ -6,7 +6,8 @@ Writes history.csv, TensorBoard logs, metrics.json and curves.png under `--out`.
 
     python recipes/mlp_fashion_mnist.py --epochs 10
 
-Takes the core recipe flags (`--help`), e.g. `--tune-batch-size` to probe the batch size first.
+Takes the core recipe flags (`--help`), e.g. `--tune-batch-size` to probe the batch size first,
+or `--doctor` (`tfaccel doctor RECIPE.py`) to diagnose what limits training.
 """
 
 from __future__ import annotations
@@ -35,7 +36,9 @@ def sgd(learning_rate: float, steps_per_epoch: int) -> keras.optimizers.Optimize
 
 
 def main(argv=None) -> dict:
-    args = common.parser(__doc__, epochs=10, batch_size=256, learning_rate=0.1).parse_args(argv)
+    args = common.parser(
+        __doc__, epochs=10, batch_size=256, learning_rate=0.1, doctor=True
+    ).parse_args(argv)
     run = common.setup(args, NAME)
     data = common.load_tfds(run, "fashion_mnist", ("train", "test"), (28, 28, 1))
     summary, _ = common.train_classifier(

@@ -13,7 +13,9 @@ workers hold the same weights. Only the chief (worker 0) writes history.csv,
 TensorBoard logs, metrics.json, curves.png and checkpoints; `--export-weights` makes
 every worker save its final weights as `weights.worker<i>.npz` to compare them.
 
-Takes the core recipe flags (`--help`), e.g. `--tune-batch-size` to probe the batch size first.
+Takes the core recipe flags (`--help`), e.g. `--tune-batch-size` to probe the batch size first,
+or `--doctor` to diagnose what limits training instead (`tfaccel doctor RECIPE.py` in one
+process; `tfaccel launch --workers 2 -- python recipes/multi_worker.py --doctor` on two).
 """
 
 from __future__ import annotations

@@ -6,7 +6,8 @@ scikit-learn's digits resized to 32x32x3 stand in (see `--no-fallback`).
 
     python recipes/resnet_cifar10.py --epochs 30
 
-Takes the core recipe flags (`--help`), e.g. `--tune-batch-size` to probe the batch size first.
+Takes the core recipe flags (`--help`), e.g. `--tune-batch-size` to probe the batch size first,
+or `--doctor` (`tfaccel doctor RECIPE.py`) to diagnose what limits training.
 """
 
 from __future__ import annotations
@@ -59,7 +60,7 @@ def optimizer_for(epochs: int):
 
 
 def parser():
-    p = common.parser(__doc__, epochs=30, batch_size=128, learning_rate=0.1)
+    p = common.parser(__doc__, epochs=30, batch_size=128, learning_rate=0.1, doctor=True)
     p.add_argument("--width", type=int, default=64, help="filters of the first stage")
     return p
 

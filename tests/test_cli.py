@@ -21,7 +21,7 @@ def test_help_lists_commands():
 def test_help_does_not_import_tensorflow():
     # The console command answers --help at once: no TensorFlow import, no C++ log lines.
     command = pathlib.Path(sys.executable).with_name("tfaccel")
-    for argv in (["--help"], ["launch", "--help"]):
+    for argv in (["--help"], ["doctor", "--help"], ["launch", "--help"]):
         result = subprocess.run(
             [sys.executable, "-X", "importtime", str(command), *argv],
             capture_output=True,
@@ -57,3 +57,37 @@ def test_devices_table_says_why_no_gpu(capsys):
     out = capsys.readouterr().out
     assert "TensorFlow" in out
     assert "No GPU is visible" in out
+
+
+def test_doctor_diagnoses_a_recipe_instead_of_training(tmp_path):
+    out = tmp_path / "digits"
+    result = run_cli(
+        "doctor",
+        "--budget",
+        "3",
+        "recipes/digits.py",
+        "--smoke",
+        "--out",
+        str(out),
+        "--verbose",
+        "0",
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "--doctor: diagnosing digits" in result.stdout
+    assert "Verdict: " in result.stdout and "Fixes, best first" in result.stdout
+    report = json.loads((out / "doctor.json").read_text())
+    assert report["verdict"] in ("input", "compute", "communication", "host", "memory")
+    assert (out / "doctor.png").stat().st_size > 0
+    # Nothing was trained: no checkpoint, no history.
+    assert not (out / "checkpoints").exists() and not (out / "history.csv").exists()
+
+
+def test_doctor_refuses_what_it_cannot_run(tmp_path, capsys):
+    assert cli.main(["doctor", str(tmp_path / "missing.py")]) == 2
+    assert "no recipe file" in capsys.readouterr().err
+    plain = tmp_path / "plain.py"
+    plain.write_text("print('trains without a doctor')\n")
+    assert cli.main(["doctor", str(plain)]) == 2
+    assert "has no --doctor option" in capsys.readouterr().err
+    assert cli.main(["doctor", "--budget", "0", "recipes/digits.py"]) == 2
+    assert "--budget must be > 0" in capsys.readouterr().err

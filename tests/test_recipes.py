@@ -439,3 +439,9 @@ def test_multi_worker_recipe_under_launch_ends_with_identical_weights(tmp_path):
     assert math.isfinite(metrics["final"]["test_loss"])
     assert_saved_model(out, metrics)  # written by the chief only
     assert not list(out.glob("*.partial.keras"))
+
+
+def test_doctor_budget_must_be_positive(tmp_path):
+    argv = ["--smoke", "--doctor", "--doctor-budget", "0", "--out", str(tmp_path)]
+    with pytest.raises(ValueError, match="--doctor-budget must be a number of seconds > 0"):
+        digits.main(argv)

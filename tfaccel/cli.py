@@ -118,6 +118,36 @@ def _tune_batch_size(args: argparse.Namespace) -> int:
     return subprocess.call(command)
 
 
+def _doctor(args: argparse.Namespace) -> int:
+    import pathlib
+    import subprocess
+
+    recipe = pathlib.Path(args.recipe)
+    if not recipe.is_file():
+        print(
+            f"tfaccel doctor: no recipe file {str(recipe)!r}; usage: "
+            "tfaccel doctor recipes/digits.py [recipe arguments]",
+            file=sys.stderr,
+        )
+        return 2
+    if "--doctor" not in recipe.read_text(errors="replace"):
+        print(
+            f"tfaccel doctor: {recipe} has no --doctor option. Build its parser with "
+            "common.parser(..., doctor=True) and call common.doctor(run, trainer, train) in "
+            "place of trainer.fit when args.doctor is set (or call "
+            "tfaccel.doctor.diagnose(trainer, train_data) yourself).",
+            file=sys.stderr,
+        )
+        return 2
+    if args.budget is not None and not args.budget > 0:
+        print(f"tfaccel doctor: --budget must be > 0 seconds, got {args.budget}", file=sys.stderr)
+        return 2
+    recipe_args = args.recipe_args[1:] if args.recipe_args[:1] == ["--"] else args.recipe_args
+    budget = [] if args.budget is None else ["--doctor-budget", str(args.budget)]
+    command = [sys.executable, str(recipe), "--doctor", *budget, *recipe_args]
+    return subprocess.call(command)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="tfaccel", description="Fast Keras training on GPUs and clusters."
@@ -165,6 +195,27 @@ def build_parser() -> argparse.ArgumentParser:
     tune.add_argument("recipe", metavar="RECIPE.py", help="a recipe script, e.g. recipes/digits.py")
     tune.add_argument("recipe_args", nargs=argparse.REMAINDER, metavar="...")
     tune.set_defaults(handler=_tune_batch_size)
+    doctor = commands.add_parser(
+        "doctor",
+        help="diagnose what limits a recipe's training (input, compute, communication, host, "
+        "memory) and print the report",
+        description="Runs `python RECIPE.py --doctor [recipe arguments]`: the recipe builds its "
+        "Trainer and input pipeline, then, instead of training, runs "
+        "tfaccel.doctor.diagnose for a bounded time, prints the verdict, the measured rates "
+        "and the ranked fixes, and saves doctor.json and doctor.png under its --out.",
+    )
+    doctor.add_argument(
+        "--budget",
+        type=float,
+        metavar="S",
+        help="seconds the diagnosis aims to stay under, tracing excepted (default: the "
+        "doctor's, 60 s or 5%% of an epoch)",
+    )
+    doctor.add_argument(
+        "recipe", metavar="RECIPE.py", help="a recipe script, e.g. recipes/digits.py"
+    )
+    doctor.add_argument("recipe_args", nargs=argparse.REMAINDER, metavar="...")
+    doctor.set_defaults(handler=_doctor)
     return parser
 
 

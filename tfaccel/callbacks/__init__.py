@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import keras
 
+from tfaccel.callbacks.bottleneck import Bottleneck
 from tfaccel.callbacks.host_gap import HostGap
 from tfaccel.callbacks.lr_scaling import LinearScalingWarmup
 from tfaccel.callbacks.memory import DeviceMemory
@@ -33,6 +34,7 @@ from tfaccel.callbacks.sync_bn import SyncMovingStatistics
 from tfaccel.callbacks.throughput import Throughput
 
 __all__ = [
+    "Bottleneck",
     "DeviceMemory",
     "HostGap",
     "LinearScalingWarmup",
@@ -67,7 +69,14 @@ def _as_list(callbacks) -> list:
     return items
 
 
-_PRODUCERS = (Throughput, DeviceMemory, ProfileSteps, LinearScalingWarmup, HostGap)
+_PRODUCERS = (
+    Throughput,
+    DeviceMemory,
+    ProfileSteps,
+    LinearScalingWarmup,
+    HostGap,
+    Bottleneck,
+)
 
 
 def ordered(callbacks) -> list:

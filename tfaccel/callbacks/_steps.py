@@ -19,6 +19,15 @@ def positive_int(name: str, value, allow_none: bool = False) -> int | None:
     return int(value)
 
 
+def share(name: str, value) -> float:
+    """`value` as a float strictly between 0 and 1 (a share of time), else ValueError."""
+    if isinstance(value, bool) or not isinstance(value, (int, float, np.floating)):
+        raise ValueError(f"{name} must be a number in (0, 1), got {value!r}.")
+    if not 0 < value < 1:
+        raise ValueError(f"{name} must be in (0, 1), got {value!r}.")
+    return float(value)
+
+
 def params_get(callback: keras.callbacks.Callback, key: str):
     return (callback.params or {}).get(key)
 

@@ -7,7 +7,7 @@ import warnings
 
 import keras
 
-from tfaccel.callbacks._steps import wait_for
+from tfaccel.callbacks._steps import share, wait_for
 
 
 class HostGap(keras.callbacks.Callback):
@@ -30,11 +30,7 @@ class HostGap(keras.callbacks.Callback):
 
     def __init__(self, threshold: float = 0.2):
         super().__init__()
-        if isinstance(threshold, bool) or not isinstance(threshold, (int, float)):
-            raise ValueError(f"threshold must be a number in (0, 1), got {threshold!r}.")
-        if not 0 < threshold < 1:
-            raise ValueError(f"threshold must be in (0, 1), got {threshold!r}.")
-        self.threshold = float(threshold)
+        self.threshold = share("threshold", threshold)
         self.fractions: list[float] = []
 
     def on_train_begin(self, logs=None):
