@@ -16,32 +16,8 @@ import time
 import tensorflow as tf
 
 from tfaccel.train import inputs
+from tfaccel.train.agreement import agree, is_multi_worker  # noqa: F401 - this module's API
 from tfaccel.train.steps import unpack
-
-
-def is_multi_worker(strategy: tf.distribute.Strategy) -> bool:
-    """Whether the strategy spans several workers (their calls must match one for one)."""
-    return int(getattr(strategy.extended, "_num_workers", 1) or 1) > 1
-
-
-def agree(strategy: tf.distribute.Strategy, value: float) -> float:
-    """The largest `value` over the workers (itself on one worker)."""
-    if not is_multi_worker(strategy):
-        return value
-    values = _gather(strategy)(tf.constant([float(value)], tf.float64))
-    return float(tf.reduce_max(values))
-
-
-_GATHERS: dict = {}
-
-
-def _gather(strategy):
-    """A `tf.function` gathering one value per replica (compiled once per strategy)."""
-    if id(strategy) not in _GATHERS:
-        _GATHERS[id(strategy)] = tf.function(
-            lambda v: strategy.gather(strategy.run(lambda: tf.identity(v)), axis=0)
-        )
-    return _GATHERS[id(strategy)]
 
 
 def train_calls(runner, iterator, steps: int, calls: int) -> tuple[list[float], list]:

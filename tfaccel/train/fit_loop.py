@@ -29,7 +29,7 @@ import keras
 import tensorflow as tf
 
 from tfaccel.data import fingerprint
-from tfaccel.train import accumulation, hyperparameters, inputs
+from tfaccel.train import accumulation, agreement, hyperparameters, inputs
 from tfaccel.train.checkpoint import ITERATOR_KEYS, POSITION_KEYS, RESUME_MODES, CheckpointState
 from tfaccel.train.faults import PreemptionWatcher, TrainingDivergedError
 from tfaccel.train.loop_size import LoopSizer
@@ -342,7 +342,10 @@ class FitLoop:
             if result.input_wait_s is not None:  # for callbacks.Bottleneck
                 logs["input_wait_s"] = result.input_wait_s
             self.callbacks.on_train_batch_end(done - 1, logs)
-            if self.sizer.record(want, ran, time.perf_counter() - began):
+            seconds = time.perf_counter() - began
+            if self.sizer.measuring:  # every worker must choose the same n
+                seconds = agreement.agree(runner.strategy, seconds)
+            if self.sizer.record(want, ran, seconds):
                 self._announce_loop_size()
             epoch_end = self.steps_per_epoch is not None and done >= self.steps_per_epoch
             if (

@@ -31,7 +31,7 @@ from tfaccel.train.out_of_memory import (
     split_until_fits,
 )
 from tfaccel.train.runner_interface import LoopResult, Position
-from tfaccel.train.steps import StepLoops, explain_xla_error
+from tfaccel.train.steps import StepLoops, explain_xla_error, op_determinism
 
 EVALUATION_STEPS_PER_LOOP = 100  # test steps per call; they fire no callback
 ON_OOM = ("raise", "accumulate")
@@ -162,7 +162,9 @@ class Runner:
         nonfinite = self._first_nonfinite()
         logs, loop_loss, count, stop = self._loop_logs(stop_flag)
         examples, self._count_before = count - self._count_before, count
-        wait = self._input_wait() if looped else None  # a held step fetched in Python
+        # Not measured for a held step (fetched in Python) or under op determinism.
+        unmeasured = not looped or op_determinism()
+        wait = None if unmeasured else self._input_wait()
         return LoopResult(ran, logs, loop_loss, examples, seconds, stop, nonfinite, note, wait)
 
     def _input_wait(self) -> float:

@@ -238,6 +238,8 @@ class StepLoops:
         """Runs up to `num_steps` replica steps; stops early when the data ends."""
         done = tf.constant(0, tf.int32)
         for _ in tf.range(num_steps):
+            # tf.timestamp is refused under op determinism: then the wait goes unmeasured.
+            timed = timed and not op_determinism()
             optional = self._next(iterator) if timed else iterator.get_next_as_optional()
             if not optional.has_value():
                 break
@@ -281,6 +283,15 @@ def _global_batch(per_example):
     if per_example.shape[0] is not None:  # every batch full: no collective needed
         return per_example.shape[0] * context.num_replicas_in_sync
     return context.all_reduce("SUM", tf.shape(per_example)[0])  # a partial batch may be uneven
+
+
+def op_determinism() -> bool:
+    """Whether `tf.config.experimental.enable_op_determinism()` is in force (no public getter)."""
+    try:
+        from tensorflow.python.framework import config
+    except ImportError:
+        return False
+    return bool(getattr(config, "is_op_determinism_enabled", lambda: False)())
 
 
 def explain_xla_error(error: Exception, model) -> str:
