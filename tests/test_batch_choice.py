@@ -252,7 +252,8 @@ def test_the_search_keeps_the_noise_scales_reserve_and_then_measures_it(monkeypa
         counted, data, loss="mse", start=8, limit=64, mode="power", steps=1, budget_s=600
     )
     assert [(r.batch_size, r.reason) for r in kept.rows] == [(8, "ok"), (16, "time")]
-    assert kept.noise_scale is not None and math.isfinite(kept.noise_scale)
+    # Measured (inf is a measurement: after the warm-up the mean gradient can vanish in the noise).
+    assert kept.noise_scale is not None and kept.noise_scale > 0
     assert kept.noise_scale_note.startswith("after a warm-up")
     assert len(builds) == 1
 

@@ -13,7 +13,8 @@ round after a warm-up round, each timed over whole `fit` calls of a fixed number
 Reports medians and the ratios bottleneck ÷ batch_hook and bottleneck ÷ plain. The
 machine is shared: treat the figures as noisy.
 
-Run: `python benchmarks/bottleneck.py [--quick]`; writes `benchmarks/results/bottleneck.json`.
+Run: `python benchmarks/bottleneck_callback.py [--quick]`; writes
+`benchmarks/results/bottleneck_callback.json`.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ import tensorflow as tf
 import tfaccel
 from tfaccel import strict_json
 
-RESULTS = pathlib.Path(__file__).parent / "results" / "bottleneck.json"
+RESULTS = pathlib.Path(__file__).parent / "results" / "bottleneck_callback.json"
 BATCH = 256
 
 
