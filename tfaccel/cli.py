@@ -94,58 +94,47 @@ def _launch(args: argparse.Namespace) -> int:
     )
 
 
-def _tune_batch_size(args: argparse.Namespace) -> int:
+def _run_recipe(command: str, flag: str, missing: str, args, extra=()) -> int:
+    """Runs `python RECIPE --flag [extra] [recipe args]` for the `tfaccel <command>` commands.
+
+    Returns 2 (with the reason on stderr) when the file is missing or lacks `flag`.
+    """
     import pathlib
     import subprocess
 
     recipe = pathlib.Path(args.recipe)
     if not recipe.is_file():
         print(
-            f"tfaccel tune-batch-size: no recipe file {str(recipe)!r}; usage: "
-            "tfaccel tune-batch-size recipes/digits.py [recipe arguments]",
+            f"tfaccel {command}: no recipe file {str(recipe)!r}; usage: "
+            f"tfaccel {command} recipes/digits.py [recipe arguments]",
             file=sys.stderr,
         )
         return 2
-    if "--tune-batch-size" not in recipe.read_text(errors="replace"):
-        print(
-            f"tfaccel tune-batch-size: {recipe} has no --tune-batch-size option. Add one that "
-            "calls tfaccel.tuning.find_batch_size and trains with report.best_batch_size.",
-            file=sys.stderr,
-        )
+    if flag not in recipe.read_text(errors="replace"):
+        print(f"tfaccel {command}: {recipe} has no {flag} option. {missing}", file=sys.stderr)
         return 2
     recipe_args = args.recipe_args[1:] if args.recipe_args[:1] == ["--"] else args.recipe_args
-    command = [sys.executable, str(recipe), "--tune-batch-size", *recipe_args]
-    return subprocess.call(command)
+    return subprocess.call([sys.executable, str(recipe), flag, *extra, *recipe_args])
+
+
+def _tune_batch_size(args: argparse.Namespace) -> int:
+    missing = (
+        "Add one that calls tfaccel.tuning.find_batch_size and trains with report.best_batch_size."
+    )
+    return _run_recipe("tune-batch-size", "--tune-batch-size", missing, args)
 
 
 def _doctor(args: argparse.Namespace) -> int:
-    import pathlib
-    import subprocess
-
-    recipe = pathlib.Path(args.recipe)
-    if not recipe.is_file():
-        print(
-            f"tfaccel doctor: no recipe file {str(recipe)!r}; usage: "
-            "tfaccel doctor recipes/digits.py [recipe arguments]",
-            file=sys.stderr,
-        )
-        return 2
-    if "--doctor" not in recipe.read_text(errors="replace"):
-        print(
-            f"tfaccel doctor: {recipe} has no --doctor option. Build its parser with "
-            "common.parser(..., doctor=True) and call common.doctor(run, trainer, train) in "
-            "place of trainer.fit when args.doctor is set (or call "
-            "tfaccel.doctor.diagnose(trainer, train_data) yourself).",
-            file=sys.stderr,
-        )
-        return 2
     if args.budget is not None and not args.budget > 0:
         print(f"tfaccel doctor: --budget must be > 0 seconds, got {args.budget}", file=sys.stderr)
         return 2
-    recipe_args = args.recipe_args[1:] if args.recipe_args[:1] == ["--"] else args.recipe_args
+    missing = (
+        "Build its parser with common.parser(..., doctor=True) and call "
+        "common.doctor(run, trainer, train) in place of trainer.fit when args.doctor is set "
+        "(or call tfaccel.doctor.diagnose(trainer, train_data) yourself)."
+    )
     budget = [] if args.budget is None else ["--doctor-budget", str(args.budget)]
-    command = [sys.executable, str(recipe), "--doctor", *budget, *recipe_args]
-    return subprocess.call(command)
+    return _run_recipe("doctor", "--doctor", missing, args, budget)
 
 
 def build_parser() -> argparse.ArgumentParser:
