@@ -224,7 +224,7 @@ def _measure(job: _Job, data, batch, began, budget_s, rounds):
     real_s = statistics.median(real_rounds) - overhead_s / m + overhead_s / n
     plain_s = None
     if not isinstance(strategy, type(tf.distribute.get_strategy())) or comm:
-        plain = iter(measure.plain_dataset(inputs.repeat(data)))
+        plain = iter(inputs.sample_dataset(inputs.repeat(data)))
         plain_s = min(measure.input_seconds(plain, read_n, 3)) / read_n
     all_reduce = None
     if grads is not None:
@@ -250,7 +250,7 @@ def _measure(job: _Job, data, batch, began, budget_s, rounds):
         all_reduce_s=all_reduce,
         gradient_mb=measure.gradient_bytes(model) / MB,
         cores=_cores(),
-        pipeline=graph_stages(measure.plain_dataset(data)),
+        pipeline=graph_stages(inputs.sample_dataset(data)),
         memory=_memory(gpus, model, runner.optimizer),
         dtype_policy=model.dtype_policy.name,
         jit_compile=bool(getattr(runner, "jit_compile", False)),

@@ -53,13 +53,6 @@ def input_seconds(iterator, batches: int, calls: int) -> list[float]:
     return times
 
 
-def plain_dataset(data) -> tf.data.Dataset:
-    """The dataset one input pipeline iterates, without the distribution layer."""
-    if inputs.is_dataset_fn(data):
-        return data(tf.distribute.InputContext())
-    return data
-
-
 def one_batch(data):
     """`data` reduced to its first batch, cached and repeated (same structure and type)."""
 
