@@ -3,7 +3,8 @@
 Jobs, each built to be limited by one thing:
 
 - `input`: a small MLP fed by a `map` that computes (60 element-wise rounds per example)
-  without `num_parallel_calls` — one core makes every batch;
+  and adds random noise, without `num_parallel_calls` — one core makes every batch (a
+  stateless map would be parallelized by tf.data's default `map_parallelization`);
 - `host`: a tiny MLP (16-16-10, batch 16) at `steps_per_loop=1`;
 - `compute`: an MLP 512-1024-1024-10 at batch 256 on cached data;
 - `communication`: two local workers (`tfaccel launch --workers 2 --cpus-per-worker 1`,
@@ -50,11 +51,12 @@ def _tf():
 
 
 def _rounds_of(x):
-    """60 element-wise rounds per example: single-threaded work in the input pipeline."""
+    """60 element-wise rounds per example and random noise, as an augmentation adds: the
+    random op makes the map stateful, so tf.data does not parallelize it by itself."""
     _, tf, _ = _tf()
     for _ in range(60):
         x = tf.sin(x) * 1.01 + 0.1
-    return x
+    return x + tf.random.uniform(tf.shape(x), maxval=1e-3)
 
 
 def build(job: str, toy: bool, fixed: bool = False, accumulate: int = 1, strategy=None):

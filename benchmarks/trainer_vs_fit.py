@@ -144,7 +144,9 @@ def summarise_loop_size(times: dict, examples_per_call: int, auto) -> dict:
     rates = {name: examples_per_call / statistics.median(t) for name, t in times.items()}
     fixed = [f"n={n}" for n in FIXED_STEPS_PER_LOOP]
     best = max(fixed, key=rates.get)
-    paired = [min(times[name][i] for name in fixed) / t for i, t in enumerate(times["n=auto"])]
+    # Paired within each round against the best fixed n (chosen by median): a per-round
+    # minimum over four fixed contenders would be biased towards them by selection alone.
+    paired = [b / t for b, t in zip(times[best], times["n=auto"], strict=True)]
     # Contention only slows a call down: each contender's fastest round is its least
     # disturbed one (read it with the medians on a loaded host).
     fastest = {name: examples_per_call / min(t) for name, t in times.items()}
@@ -160,6 +162,7 @@ def summarise_loop_size(times: dict, examples_per_call: int, auto) -> dict:
         "auto_overhead_ms": sizer.overhead_s * 1e3,
         "auto_step_ms": sizer.step_s * 1e3,
         "auto_setting": auto.settings["steps_per_loop"],
+        "seconds_per_call": times,
     }
 
 

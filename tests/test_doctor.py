@@ -71,6 +71,23 @@ def test_fixes_come_with_predicted_gains():
     assert near_peak[0].software is False and "64%" in near_peak[0].why
 
 
+def test_only_a_map_that_runs_on_one_core_is_called_sequential():
+    from tfaccel.data.plan import graph_stages
+
+    x = tf.data.Dataset.from_tensor_slices(np.zeros((8, 4), np.float32))
+    stateless = x.map(tf.sin)  # tf.data's map_parallelization runs it in parallel
+    noisy = x.map(lambda a: a + tf.random.uniform(tf.shape(a)))  # stateful: one core
+    options = tf.data.Options()
+    options.experimental_optimization.map_parallelization = False
+    assert graph_stages(stateless) == [("TensorSlice", None), ("Map", -1)]
+    assert graph_stages(noisy) == [("TensorSlice", None), ("Map", 1)]
+    assert graph_stages(stateless.with_options(options))[1] == ("Map", 1)
+    assert graph_stages(x.map(tf.sin, num_parallel_calls=3)) == [
+        ("TensorSlice", None),
+        ("ParallelMap", 3),
+    ]
+
+
 def trainer_and_data(strategy=None, steps_per_loop=1):
     rng = np.random.default_rng(0)
     x = rng.random((256, 8), dtype=np.float32)

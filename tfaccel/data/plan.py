@@ -129,7 +129,9 @@ def graph_ops(dataset: tf.data.Dataset) -> list[str]:
 
 def graph_stages(dataset: tf.data.Dataset) -> list[tuple[str, int | None]]:
     """`graph_ops` with each operation's parallelism: `num_parallel_calls` of a
-    `Parallel*` operation (-1: AUTOTUNE), 1 for a sequential `Map`, else None."""
+    `Parallel*` operation (-1: AUTOTUNE), else None. A `Map` is 1 where it runs on one
+    core, -1 where tf.data parallelizes it itself (`map_parallelization`, on by default,
+    rewrites a map whose function is stateless; a random op makes it stateful)."""
     policy = tf.data.experimental.ExternalStatePolicy.IGNORE
     serialized = dataset._as_serialized_graph(external_state_policy=policy)
     graph = graph_pb2.GraphDef()
@@ -142,7 +144,10 @@ def graph_stages(dataset: tf.data.Dataset) -> list[tuple[str, int | None]]:
         node = nodes[name.split(":")[0]]
         inputs = [i for i in node.input if not i.startswith("^")]
         if node.op.endswith("Dataset") or "Dataset" in node.op:
-            stages.append((_short(node.op), _parallelism(node, inputs, nodes)))
+            parallelism = _parallelism(node, inputs, nodes)
+            if parallelism == 1 and _parallelized_by_tf_data(node, graph, dataset.options()):
+                parallelism = -1
+            stages.append((_short(node.op), parallelism))
         name = next((i for i in inputs if "Dataset" in nodes[i.split(":")[0]].op), "")
     return stages[::-1]
 
@@ -158,6 +163,18 @@ def _parallelism(node, inputs: list[str], nodes: dict) -> int | None:
         return None
     values = list(const.attr["value"].tensor.int64_val) or list(const.attr["value"].tensor.int_val)
     return int(values[0]) if values else None
+
+
+def _parallelized_by_tf_data(node, graph, options: tf.data.Options) -> bool:
+    """Whether tf.data's default `map_parallelization` rewrite runs this map in parallel."""
+    optimization = options.experimental_optimization
+    if options.autotune.enabled is False or optimization.apply_default_optimizations is False:
+        return False
+    if optimization.map_parallelization is False:
+        return False
+    name = node.attr["f"].func.name
+    function = next((f for f in graph.library.function if f.signature.name == name), None)
+    return function is not None and not function.signature.is_stateful
 
 
 def _short(op: str) -> str:
