@@ -18,8 +18,8 @@ same process (workers), alternating round by round after a warm-up, over whole
 `Trainer.fit` calls. Target: the verdict names the planted limit in 4 of 4 and the first
 fix raises examples/s ≥ 1.3x in input, host and communication.
 
-Run: `python benchmarks/doctor.py [--toy] [--jobs input,host] [--no-gain]`; writes
-`benchmarks/results/doctor.json` (not with `--toy`). The machine is shared: timings are
+Run: `python benchmarks/doctor.py [--toy] [--jobs input,host] [--no-gain] [--json F]`;
+writes `benchmarks/results/doctor.json` (not with `--toy`; `--json F` writes any run to F). The machine is shared: timings are
 noisy; the ratios come from alternating rounds. `tests/test_doctor_planted.py` runs the
 four at toy sizes (`--toy --no-gain`) and asserts the verdicts only.
 """
@@ -218,6 +218,7 @@ def main(argv=None) -> dict:
     parser.add_argument("--no-gain", action="store_true", help="verdicts only")
     parser.add_argument("--budget", type=float, default=None, help="diagnosis budget, s")
     parser.add_argument("--rounds", type=int, default=5, help="alternating timed rounds")
+    parser.add_argument("--json", help="also write the results to this file (any size)")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--out", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -244,18 +245,16 @@ def main(argv=None) -> dict:
         "compute_says_no_software_fix": results.get("compute", {}).get("no_software_fix"),
     }
     print(json.dumps(summary, indent=2))
-    if not args.toy and not args.no_gain:
-        from tfaccel import strict_json
+    everything = {"summary": summary, "jobs": results, "note": "shared 2-core machine: noisy"}
+    from tfaccel import strict_json
 
+    text = strict_json.dumps(everything, indent=2, default=str)
+    if args.json:
+        pathlib.Path(args.json).write_text(text)
+    if not args.toy and not args.no_gain:
         RESULTS.parent.mkdir(parents=True, exist_ok=True)
-        RESULTS.write_text(
-            strict_json.dumps(
-                {"summary": summary, "jobs": results, "note": "shared 2-core machine: noisy"},
-                indent=2,
-                default=str,
-            )
-        )
-    return {"summary": summary, "jobs": results}
+        RESULTS.write_text(text)
+    return everything
 
 
 if __name__ == "__main__":

@@ -37,6 +37,7 @@ IMAGES = {
     "04_mixed_precision_and_memory.ipynb": ["remat-chart"],
     "05_batch_size.ipynb": ["throughput-knee", "loss-vs-time"],
     "06_distributed_training.ipynb": ["training-curves"],
+    "07_doctor.ipynb": ["report-plot", "gains-chart"],
 }
 # notebook → {tag: pattern the cell's text output must match}.
 TEXTS = {
@@ -52,9 +53,16 @@ TEXTS = {
     "06_distributed_training.ipynb": {
         "weight-difference": r"max \|weight difference\| vs model\.fit: \d\.\d+e[-+]\d+",
     },
+    "07_doctor.ipynb": {
+        "gains-chart": r"planted input +verdict input[\s\S]*planted communication +verdict "
+        r"communication",
+        "recipe-report": r"Verdict: \w+-bound",
+    },
 }
 # What the cells may import besides the standard library (keras_tuner: notebook 05's search).
-ALLOWED_IMPORTS = {"tfaccel", "keras", "keras_tuner", "tensorflow", "numpy", "matplotlib"}
+ALLOWED_IMPORTS = {
+    "tfaccel", "keras", "keras_tuner", "tensorflow", "numpy", "matplotlib", "IPython",
+}
 
 
 def execute(notebook: nbformat.NotebookNode, folder: Path, timeout: int = TIMEOUT_S) -> None:

@@ -18,6 +18,7 @@ from tfaccel.doctor import verdict as rules
 from tfaccel.doctor.report import Report
 from tfaccel.doctor.snapshot import Snapshot
 from tfaccel.train import inputs, loop_size
+from tfaccel.train.iterators import adopt
 from tfaccel.train.losses import PerExampleLoss
 from tfaccel.train.runner import Runner
 
@@ -170,13 +171,13 @@ def _measure(job: _Job, data, batch, began, budget_s, rounds):
     gpus = _gpus(strategy)
     for gpu in gpus:
         tf.config.experimental.reset_memory_stats(gpu)
-    real = iter(inputs.distribute(strategy, inputs.repeat(data), endless=True))
-    cached = iter(inputs.distribute(strategy, measure.one_batch(data), endless=True))
+    real = adopt(iter(inputs.distribute(strategy, inputs.repeat(data), endless=True)))
+    cached = adopt(iter(inputs.distribute(strategy, measure.one_batch(data), endless=True)))
     # Warm-up: traces, autotuning, the first batch cached.
     runner.train(real, 1)
     runner.train(cached, 1)
     t1 = min(measure.train_calls(runner, cached, 1, 2)[0])
-    reads = iter(inputs.distribute(strategy, inputs.repeat(data), endless=True))
+    reads = adopt(iter(inputs.distribute(strategy, inputs.repeat(data), endless=True)))
     read_s = min(measure.input_seconds(reads, 4, 2)) / 4
 
     budget = budget_s or DEFAULT_BUDGET_S
@@ -224,7 +225,7 @@ def _measure(job: _Job, data, batch, began, budget_s, rounds):
     real_s = statistics.median(real_rounds) - overhead_s / m + overhead_s / n
     plain_s = None
     if not isinstance(strategy, type(tf.distribute.get_strategy())) or comm:
-        plain = iter(inputs.sample_dataset(inputs.repeat(data)))
+        plain = adopt(iter(inputs.sample_dataset(inputs.repeat(data))))
         plain_s = min(measure.input_seconds(plain, read_n, 3)) / read_n
     all_reduce = None
     if grads is not None:

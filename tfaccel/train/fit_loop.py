@@ -29,7 +29,7 @@ import keras
 import tensorflow as tf
 
 from tfaccel.data import fingerprint
-from tfaccel.train import accumulation, agreement, hyperparameters, inputs
+from tfaccel.train import accumulation, agreement, hyperparameters, inputs, iterators
 from tfaccel.train.checkpoint import ITERATOR_KEYS, POSITION_KEYS, RESUME_MODES, CheckpointState
 from tfaccel.train.faults import PreemptionWatcher, TrainingDivergedError
 from tfaccel.train.loop_size import LoopSizer
@@ -168,7 +168,9 @@ class FitLoop:
         data = self.train_data
         if resumed_steps:
             data = inputs.skip(data, resumed_steps * self.accumulate, self.runner.strategy)
-        iterator = iter(inputs.distribute(self.runner.strategy, data, endless=self.endless))
+        iterator = iterators.adopt(
+            iter(inputs.distribute(self.runner.strategy, data, endless=self.endless))
+        )
         # A worker's own shard (inputs.local_shard) must not be restored from the chief's.
         trackable = isinstance(iterator, tf.__internal__.tracking.Trackable) and not isinstance(
             self.runner.strategy, tf.distribute.MultiWorkerMirroredStrategy
@@ -281,7 +283,9 @@ class FitLoop:
                     return self._stop_for_preemption(epoch_logs)
                 epoch_logs = self.runner.epoch_logs()
                 if self.val_dataset is not None:
-                    val_logs = self.runner.evaluate(iter(self.val_dataset), self.validation_steps)
+                    val_logs = self.runner.evaluate(
+                        iterators.adopt(iter(self.val_dataset)), self.validation_steps
+                    )
                     epoch_logs.update({f"val_{k}": v for k, v in val_logs.items()})
                 if status == "done":
                     self.runner.set_position(epoch=epoch + 1, epoch_step=0)

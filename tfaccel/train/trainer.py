@@ -28,6 +28,7 @@ from tfaccel.train import (
     array_inputs,
     compiled,
     inputs,
+    iterators,
     loop_size,
     remainder,
     saving,
@@ -406,7 +407,8 @@ class Trainer:
             raise ValueError("batch_size= is for arrays; the dataset is batched already.")
         data = array_inputs.evaluation_data(x, batch_size, self.strategy, y, sample_weight)
         self._prepare(data, steps, "evaluation")
-        return self.runner.evaluate(iter(inputs.distribute(self.strategy, data)), steps)
+        iterator = iterators.adopt(iter(inputs.distribute(self.strategy, data)))
+        return self.runner.evaluate(iterator, steps)
 
     def save(self, filepath) -> str:
         """Saves the model as a `.keras` file (architecture and weights, not compiled).

@@ -97,12 +97,17 @@ def count_examples(dataset: tf.data.Dataset) -> int | None:
 
 
 def without_rewrites(dataset: tf.data.Dataset) -> tf.data.Dataset:
-    """`dataset` with tf.data's default static optimizations off, for the probes' pipelines.
+    """`dataset` with tf.data's default static optimizations and autotuning off, for the
+    probes' pipelines.
 
     Those rewrites run at every new iterator and serialize the pipeline's graph, constants
     included: on data from in-memory arrays that costs each probe about 0.4 s per 600 MB
     (measured on a 2-core CPU), while the probes' small pipelines gain nothing from them.
+    Each probe's `model.fit` also deletes its iterator at the end, which with autotuning on
+    waits for tf.data's autotuning thread to wake (up to 2.5 s for a short fit; see
+    `train/iterators.py`).
     """
     options = tf.data.Options()
     options.experimental_optimization.apply_default_optimizations = False
+    options.autotune.enabled = False
     return dataset.with_options(options)

@@ -23,6 +23,8 @@ import statistics
 import keras
 import tensorflow as tf
 
+from tfaccel.train.iterators import adopt
+
 
 @dataclasses.dataclass(frozen=True)
 class NoiseScale:
@@ -147,7 +149,7 @@ def gradient_noise_scale(
 
     def draws(size: int, offset: int):
         shuffled = data.shuffle(buffer, seed=seed + offset, reshuffle_each_iteration=True)
-        return iter(shuffled.repeat().batch(size, drop_remainder=True))
+        return adopt(iter(shuffled.repeat().batch(size, drop_remainder=True)))
 
     small_iter, big_iter = draws(small, 0), draws(big, 1)
     norms = {small: [], big: []}

@@ -1,0 +1,71 @@
+"""train.iterators: adopted iterators are freed on the reaper's thread, once unused."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import numpy as np
+import tensorflow as tf
+
+from tfaccel.train import iterators
+
+
+class _Tracked:
+    """Records the thread that deletes it."""
+
+    freed_on: list = []
+
+    def __del__(self):
+        _Tracked.freed_on.append(threading.current_thread().name)
+
+
+def _wait_until_none_pending(timeout_s=5.0):
+    deadline = time.monotonic() + timeout_s
+    while iterators.pending() and time.monotonic() < deadline:
+        time.sleep(0.02)
+    return iterators.pending()
+
+
+def test_an_adopted_object_is_freed_off_the_callers_thread_once_unused():
+    _Tracked.freed_on.clear()
+    obj = iterators.adopt(_Tracked())
+    kept = obj
+    del obj
+    time.sleep(0.2)
+    assert _Tracked.freed_on == []  # still referenced by `kept`: not freed
+    del kept
+    assert _wait_until_none_pending() == 0
+    assert _Tracked.freed_on == ["tfaccel-iterator-reaper"]
+
+
+def test_a_tf_data_iterator_keeps_working_and_is_freed():
+    data = tf.data.Dataset.range(10).repeat().batch(2).prefetch(tf.data.AUTOTUNE)
+    it = iterators.adopt(iter(data))
+    assert [int(next(it)[0]) for _ in range(3)] == [0, 2, 4]
+
+    @tf.function
+    def total(iterator, n):
+        return tf.reduce_sum([tf.reduce_sum(next(iterator)) for _ in range(n)])
+
+    assert int(total(it, 2)) == (6 + 7) + (8 + 9)
+    del it
+    assert _wait_until_none_pending() == 0
+
+
+def test_the_trainer_frees_its_iterators():
+    import keras
+
+    import tfaccel
+
+    x = np.random.default_rng(0).random((64, 4), dtype=np.float32)
+    y = np.zeros(64, np.int32)
+    data = tf.data.Dataset.from_tensor_slices((x, y)).repeat().batch(8)
+    trainer = tfaccel.Trainer(
+        lambda: keras.Sequential([keras.Input((4,)), keras.layers.Dense(2)]),
+        optimizer=lambda: keras.optimizers.SGD(0.1),
+        loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+    )
+    for _ in range(3):
+        trainer.fit(data, epochs=1, steps_per_epoch=4, verbose=0, validation_data=data.take(2))
+    assert _wait_until_none_pending() == 0
