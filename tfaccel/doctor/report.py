@@ -158,10 +158,7 @@ class Report:
 
     def plot(self, path: str) -> str:
         """Saves a bar chart of the stages' ceilings against the real rate; returns `path`."""
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
+        from matplotlib.figure import Figure  # no pyplot: the caller's backend is left as it is
 
         m = self.measured
         rates = self.rates()
@@ -170,17 +167,18 @@ class Report:
         top = max([v for v in values if math.isfinite(v)] + [rates["real"]]) * 1.3
         shown = [min(v, top) for v in values]
         colors = ["tab:red" if s == self.verdict else "tab:gray" for s in stages]
-        fig, ax = plt.subplots(figsize=(6.5, 3.6))
+        fig = Figure(figsize=(6.5, 3.6))
+        ax = fig.add_subplot(1, 1, 1)
         ax.barh(stages, shown, color=colors)
         ax.axvline(rates["real"], color="black", linestyle="--", label="real step")
         ax.axvline(rates["cached_step"], color="tab:blue", linestyle=":", label="cached step")
-        ax.set_xlabel("examples/s (ceiling if this stage alone limited)")
+        ax.set_xscale("log")  # ceilings span orders of magnitude
+        ax.set_xlabel("examples/s (ceiling if this stage alone limited; log scale)")
         ax.set_title(f"tfaccel.doctor: {self.verdict}-bound")
         ax.invert_yaxis()
         ax.legend(loc="lower right", fontsize=8)
         fig.tight_layout()
         fig.savefig(path, dpi=110)
-        plt.close(fig)
         return path
 
 
