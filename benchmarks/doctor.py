@@ -19,9 +19,10 @@ same process (workers), alternating round by round after a warm-up, over whole
 fix raises examples/s ≥ 1.3x in input, host and communication.
 
 Run: `python benchmarks/doctor.py [--toy] [--jobs input,host] [--no-gain] [--json F]`;
-writes `benchmarks/results/doctor.json` (not with `--toy`; `--json F` writes any run to F). The machine is shared: timings are
-noisy; the ratios come from alternating rounds. `tests/test_doctor_planted.py` runs the
-four at toy sizes (`--toy --no-gain`) and asserts the verdicts only.
+writes `benchmarks/results/doctor.json` (not with `--toy`; `--json F` writes any run to F).
+The machine is shared: timings are noisy; the ratios come from alternating rounds.
+`tests/test_doctor_planted.py` runs the four at toy sizes (`--toy --no-gain`) and asserts
+the verdicts only.
 """
 
 from __future__ import annotations
