@@ -21,7 +21,8 @@ Each timed `fit` call runs `--steps` batches (200: long enough that the call's o
 set-up — distributed iterator, end-of-epoch reads — stays small).
 
 Run: `python benchmarks/multi_worker.py [--quick] [--models mlp,resnet]`; writes
-`benchmarks/results/multi_worker.json` (not with `--quick`). `--quick` (MLP only, one
+`benchmarks/results/multi_worker.json` (not with `--quick`; the models run replace their
+entries). `--quick` (MLP only, one
 round, 16 batches; checks that everything runs) takes 1-3 minutes on 2 cores, dominated
 by process start-up; the full run (2 models x 4 contenders x 3 rounds) about 15-20.
 """
@@ -183,8 +184,8 @@ def main(argv=None) -> dict:
         return {}
     models = ["mlp"] if args.quick else args.models.split(",")
     steps, rounds = (16, 1) if args.quick else (args.steps, args.rounds)
-    results = {}
-    for model in models:
+    results = json.loads(RESULTS.read_text()) if RESULTS.exists() and not args.quick else {}
+    for model in models:  # a run of some models replaces their entries, keeps the others
         rates = {name: [] for name in CONTENDERS}
         for _ in range(rounds):
             for name in CONTENDERS:
