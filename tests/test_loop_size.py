@@ -54,6 +54,23 @@ def test_probes_cut_by_the_epoch_still_measure():
     assert sizer.chosen == 197
 
 
+def test_an_overhead_hidden_in_the_jitter_of_long_steps_is_sized_for_the_jitter():
+    sizer = LoopSizer("auto")
+    jitter = iter([0.0, 0.0, 0.006, 0.0, 0.012, 0.004] * 3)  # one-step calls: 0-12 ms late
+    while sizer.measuring:
+        n = sizer.next()
+        sizer.record(n, n, n * 0.25 + (next(jitter) if n == 1 else 0.0))
+    assert sizer.overhead_s == 0.0 and sizer.jitter_s == pytest.approx(0.004)
+    assert sizer.chosen == choose(0.004, 0.25) == 1  # 4 ms < 2 % of a 250 ms step
+    assert "sized for the timing jitter, 4.00 ms" in sizer.describe()
+    sizer = LoopSizer("auto")
+    jitter = iter([0.0, 0.0, 0.03, 0.0, 0.05, 0.02] * 3)
+    while sizer.measuring:
+        n = sizer.next()
+        sizer.record(n, n, n * 0.25 + (next(jitter) if n == 1 else 0.0))
+    assert sizer.chosen == choose(0.02, 0.25) == 4
+
+
 def test_a_fixed_n_is_kept_and_shown_clipped_to_the_epoch():
     sizer = LoopSizer(8)
     assert not sizer.measuring and sizer.next() == 8

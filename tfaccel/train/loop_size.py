@@ -6,7 +6,8 @@ the one collective that reads the logs, the batch callbacks) on top of its steps
 (tracing), calls of 1 step and of `n2` steps alternate (`REPEATS` each; `n2` sized so
 that its call lasts about `PROBE_CALL_S`); the fastest call at each size gives
 `T(n) = overhead + n × step`, two equations for the two unknowns. The chosen n is the
-smallest with `overhead < OVERHEAD_TARGET` (2 %) of the call's time, capped so that a
+smallest with `overhead < OVERHEAD_TARGET` (2 %) of the call's time (where the overhead
+is below the one-step calls' jitter, as with long steps, the jitter counts), capped so that a
 call lasts at most `CALLBACK_INTERVAL_S` (batch callbacks stay timely). `FitLoop` then
 clips every call to the epoch's end and to checkpoint boundaries. Which steps run in
 which call never changes the numbers: a loop runs the same steps one after another.
@@ -15,6 +16,7 @@ which call never changes the numbers: a loop runs the same steps one after anoth
 from __future__ import annotations
 
 import math
+import statistics
 
 OVERHEAD_TARGET = 0.02  # host overhead as a fraction of a call's time
 CALLBACK_INTERVAL_S = 2.0  # a call (and so a batch callback) at least this often
@@ -61,6 +63,7 @@ class LoopSizer:
         self.chosen: int | None = None if self.auto else self.setting
         self.overhead_s: float | None = None
         self.step_s: float | None = None
+        self.jitter_s = 0.0  # of the one-step calls: the overhead's resolution
         self._plan: list[int] = [1, 1]  # the warm-up call, then the first timed one
         self._samples: dict[int, list[float]] = {}
         self._calls = 0
@@ -103,7 +106,10 @@ class LoopSizer:
         t_small, t_large = min(self._samples[small]), min(self._samples[large])
         self.step_s = max((t_large - t_small) / (large - small), 1e-9)
         self.overhead_s = max(t_small - small * self.step_s, 0.0)
-        self.chosen = choose(self.overhead_s, self.step_s)
+        # The overhead is a small difference of two timings. Where it is below their
+        # jitter (long steps), size the loop for the jitter: an overhead it could hide.
+        self.jitter_s = statistics.median(self._samples[small]) - t_small
+        self.chosen = choose(max(self.overhead_s, self.jitter_s), self.step_s)
         return True
 
     def describe(self, steps_per_epoch: int | None = None) -> str | int:
@@ -119,7 +125,12 @@ class LoopSizer:
             if steps_per_epoch and steps_per_epoch < self.chosen
             else ""
         )
+        jitter = (
+            f"; sized for the timing jitter, {self.jitter_s * 1e3:.2f} ms"
+            if self.jitter_s > self.overhead_s
+            else ""
+        )
         return (
             f"{self.chosen} (auto: host overhead {self.overhead_s * 1e3:.2f} ms per call, "
-            f"step {self.step_s * 1e3:.2f} ms: {share:.1%} of a call{clipped})"
+            f"step {self.step_s * 1e3:.2f} ms: {share:.1%} of a call{jitter}{clipped})"
         )
