@@ -146,6 +146,33 @@ def test_report_prints_plots_and_serialises(tmp_path):
     assert report.cost_s > 0
 
 
+def test_deep_measures_xla_and_leaves_the_state_as_it_was():
+    trainer, data = trainer_and_data()
+    trainer.fit(data, epochs=1, verbose=0)
+    before = state(trainer)
+    report = tfaccel.doctor.diagnose(trainer, data, budget_s=2, rounds=1, deep=True)
+    for old, new in zip(before, state(trainer), strict=True):
+        np.testing.assert_array_equal(old, new)
+    speedup = report.measured.xla_speedup
+    assert speedup is not None and speedup > 0
+    assert f"XLA (deep=True): the forward and backward passes ran {speedup:.2f}x" in str(report)
+    jit = [f for f in report.fixes if "jit_compile" in f.action]
+    assert bool(jit) == (speedup >= rules.MIN_GAIN)  # listed only where it measured a gain
+    with pytest.raises(ValueError, match="deep"):
+        tfaccel.doctor.diagnose(trainer, data, deep="yes")
+
+
+def test_a_measured_xla_gain_becomes_the_first_compute_fix():
+    faster = rules.fixes(measured(xla_speedup=2.0))
+    assert "jit_compile=True" in faster[0].action and faster[0].gain > 1.5
+    assert "2.00x" in faster[0].why
+    slower = rules.fixes(measured(xla_speedup=0.5))  # measured slower: not offered
+    assert not any("jit_compile" in f.action for f in slower)
+    gpu = dict(device="GPU", matmul_peak=None, flops_per_example=None)
+    assert any("jit_compile" in f.action for f in rules.fixes(measured(**gpu)))  # unmeasured
+    assert not any("jit_compile" in f.action for f in rules.fixes(measured(xla_speedup=0.9, **gpu)))
+
+
 def test_a_compiled_model_is_diagnosed_in_place():
     trainer, data = trainer_and_data()
     model = trainer.model

@@ -29,7 +29,14 @@ MIN_WINDOW_S, MAX_WINDOW_S = 0.05, 1.0  # each timed measurement, per round
 MB = 1024.0 * 1024.0
 
 
-def diagnose(target, train_data, *, budget_s: float | None = None, rounds: int = ROUNDS) -> Report:
+def diagnose(
+    target,
+    train_data,
+    *,
+    budget_s: float | None = None,
+    rounds: int = ROUNDS,
+    deep: bool = False,
+) -> Report:
     """Measures what limits training — input, compute, communication, host or memory.
 
     In this process, after a warm-up (tracing), alternating round by round:
@@ -46,7 +53,9 @@ def diagnose(target, train_data, *, budget_s: float | None = None, rounds: int =
     - **memory**: the allocator's peak on a GPU (against its memory), the process's
       peak RSS on a CPU (against the host's RAM);
     - on a CPU, this machine's float32 matmul peak and the model's FLOPs, for the
-      compute line.
+      compute line;
+    - with `deep=True`, XLA: the forward and backward passes on the cached batch with
+      and without `jit_compile` (one more trace; alternating), on any device.
 
     The rule that names the limit and the predictions of the fixes are in
     `tfaccel.doctor.verdict`. The model's weights, the optimizer's state and the
@@ -60,6 +69,7 @@ def diagnose(target, train_data, *, budget_s: float | None = None, rounds: int =
         budget_s: the time the diagnosis aims to stay under, tracing excepted (default: 60 s
             or 5 % of an epoch, whichever is larger); it sizes the timed windows.
         rounds: alternating rounds of measurements (the real step's median counts).
+        deep: also measure XLA (a retrace of the passes; on top of the budget).
 
     Returns:
         A `Report`: `print(report)`, `report.plot(path)`, `report.to_dict()`.
@@ -74,12 +84,16 @@ def diagnose(target, train_data, *, budget_s: float | None = None, rounds: int =
         raise ValueError(f"budget_s must be a number of seconds > 0, got {budget_s!r}.")
     if isinstance(rounds, bool) or not isinstance(rounds, int) or rounds < 1:
         raise ValueError(f"rounds must be an integer >= 1, got {rounds!r}.")
+    if not isinstance(deep, bool):
+        raise ValueError(f"deep must be True or False, got {deep!r}.")
     job = _Job(target)
     batch = job.prepare(train_data)
     runner = job.runner
     state = Snapshot(runner.strategy, _state_of(runner))
     try:
         measured, notes, budget = _measure(job, train_data, batch, began, budget_s, rounds)
+        if deep:
+            notes += _measure_xla(job, train_data, measured)
     finally:
         with runner.restoring():
             state.restore()
@@ -261,6 +275,28 @@ def _measure(job: _Job, data, batch, began, budget_s, rounds):
         measured.flops_per_example = peak.training_flops_per_example(model, sample.element_spec[0])
         measured.matmul_peak = matmul.best
     return measured, _notes(measured, strategy, job), budget
+
+
+def _measure_xla(job: _Job, data, measured: rules.Measured) -> list[str]:
+    """Sets `measured.xla_speedup`: the passes without ÷ with jit_compile (alternating)."""
+    runner, strategy = job.runner, job.runner.strategy
+    cached = adopt(iter(inputs.distribute(strategy, measure.one_batch(data), endless=True)))
+    plain = measure.GradientLoops(runner.model, runner.loss, strategy)
+    compiled = measure.GradientLoops(runner.model, runner.loss, strategy, jit_compile=True)
+    try:
+        plain.seconds(False, cached, 1, 1)
+        compiled.seconds(False, cached, 1, 1)  # the XLA compilation
+    except (tf.errors.InvalidArgumentError, tf.errors.UnimplementedError) as error:
+        first = str(error).strip().splitlines()[0][:200]
+        return [f"XLA (deep=True): the model's passes do not compile with XLA: {first}"]
+    step = max(measured.step_s / max(measured.accumulate_steps, 1), 1e-6)
+    n = int(measure.agree(strategy, min(max(round(0.2 / step), 2), 1000)))
+    times = {"plain": [], "xla": []}
+    for _ in range(3):
+        times["plain"] += plain.seconds(False, cached, n, 1)
+        times["xla"] += compiled.seconds(False, cached, n, 1)
+    measured.xla_speedup = min(times["plain"]) / min(times["xla"])
+    return []
 
 
 def _fit(ones: list[float], longs: list[float], n: int) -> tuple[float, float]:

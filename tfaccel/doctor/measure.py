@@ -81,8 +81,10 @@ class GradientLoops:
     the caller restores them.
     """
 
-    def __init__(self, model, loss, strategy: tf.distribute.Strategy):
+    def __init__(self, model, loss, strategy: tf.distribute.Strategy, jit_compile: bool = False):
         self.model, self.loss, self.strategy = model, loss, strategy
+        # With jit_compile the replica's passes are one XLA cluster (`diagnose(deep=True)`).
+        self._replica_fn = tf.function(self._replica, jit_compile=True) if jit_compile else None
         self.with_all_reduce = tf.function(lambda it, n: self._loop(it, n, True))
         self.without = tf.function(lambda it, n: self._loop(it, n, False))
 
@@ -101,7 +103,8 @@ class GradientLoops:
     def _loop(self, iterator, steps, reduce: bool):
         total = tf.constant(0.0)
         for _ in tf.range(steps):
-            out = self.strategy.run(self._replica, args=(next(iterator), reduce))
+            replica = self._replica_fn or self._replica
+            out = self.strategy.run(replica, args=(next(iterator), reduce))
             total += tf.add_n(list(self.strategy.experimental_local_results(out)))
         return total
 

@@ -138,6 +138,16 @@ class Report:
 
     def _compute_line(self) -> str:
         m = self.measured
+        xla = (
+            ""
+            if m.xla_speedup is None
+            else f" XLA (deep=True): the forward and backward passes ran {m.xla_speedup:.2f}x "
+            "as fast with jit_compile=True."
+        )
+        return self._precision_line() + xla
+
+    def _precision_line(self) -> str:
+        m = self.measured
         fraction = rules.compute_fraction_of_peak(m)
         if m.device == "CPU":
             peak = (
