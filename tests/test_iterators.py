@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 import time
+import weakref
 
 import numpy as np
 import tensorflow as tf
@@ -20,11 +21,11 @@ class _Tracked:
         _Tracked.freed_on.append(threading.current_thread().name)
 
 
-def _wait_until_none_pending(timeout_s=5.0):
+def _wait_until(condition, timeout_s=5.0) -> bool:
     deadline = time.monotonic() + timeout_s
-    while iterators.pending() and time.monotonic() < deadline:
+    while not condition() and time.monotonic() < deadline:
         time.sleep(0.02)
-    return iterators.pending()
+    return condition()
 
 
 def test_an_adopted_object_is_freed_off_the_callers_thread_once_unused():
@@ -35,7 +36,7 @@ def test_an_adopted_object_is_freed_off_the_callers_thread_once_unused():
     time.sleep(0.2)
     assert _Tracked.freed_on == []  # still referenced by `kept`: not freed
     del kept
-    assert _wait_until_none_pending() == 0
+    assert _wait_until(lambda: _Tracked.freed_on)
     assert _Tracked.freed_on == ["tfaccel-iterator-reaper"]
 
 
@@ -49,8 +50,9 @@ def test_a_tf_data_iterator_keeps_working_and_is_freed():
         return tf.reduce_sum([tf.reduce_sum(next(iterator)) for _ in range(n)])
 
     assert int(total(it, 2)) == (6 + 7) + (8 + 9)
+    alive = weakref.ref(it)
     del it
-    assert _wait_until_none_pending() == 0
+    assert _wait_until(lambda: alive() is None)
 
 
 def test_the_trainer_frees_its_iterators():
@@ -66,6 +68,8 @@ def test_the_trainer_frees_its_iterators():
         optimizer=lambda: keras.optimizers.SGD(0.1),
         loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
     )
+    before = iterators.pending()  # other tests' trainers may still hold theirs
     for _ in range(3):
         trainer.fit(data, epochs=1, steps_per_epoch=4, verbose=0, validation_data=data.take(2))
-    assert _wait_until_none_pending() == 0
+    trainer.evaluate(data.take(2))
+    assert _wait_until(lambda: iterators.pending() <= before)
