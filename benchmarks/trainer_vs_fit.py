@@ -11,8 +11,8 @@ against `steps_per_loop="auto"` (measured on the warm-up call): examples/s with 
 Each timed call runs a whole number of steps (MLP 1000, ResNet 24): a fixed n above it is
 clipped to it, as `fit` clips n to the epoch.
 
-Run: `python benchmarks/trainer_vs_fit.py [--quick] [--only steps_per_loop]`; writes
-`benchmarks/results/trainer_vs_fit.json` (`--only` replaces that part of it alone).
+Run: `python benchmarks/trainer_vs_fit.py [--quick] [--only steps_per_loop] [--loop-rounds N]`;
+writes `benchmarks/results/trainer_vs_fit.json` (`--only` replaces that part of it alone).
 """
 
 from __future__ import annotations
@@ -166,8 +166,8 @@ def summarise_loop_size(times: dict, examples_per_call: int, auto) -> dict:
     }
 
 
-def steps_per_loop_part(quick: bool) -> dict:
-    rounds = 2 if quick else 5
+def steps_per_loop_part(quick: bool, rounds: int | None = None) -> dict:
+    rounds = rounds or (2 if quick else 5)
     part = {}
     for name, workload, steps in (
         ("mlp", mlp_workload, 200 if quick else 1000),
@@ -189,11 +189,12 @@ def main(argv=None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--quick", action="store_true", help="fewer steps and rounds")
     parser.add_argument("--only", choices=["steps_per_loop"], help="run this part alone")
+    parser.add_argument("--loop-rounds", type=int, help="rounds of the steps-per-loop part (5)")
     args = parser.parse_args(argv)
     rounds = 3 if args.quick else 15
     if args.only == "steps_per_loop":
         results = json.loads(RESULTS.read_text()) if RESULTS.exists() else {}
-        results["steps_per_loop"] = steps_per_loop_part(args.quick)
+        results["steps_per_loop"] = steps_per_loop_part(args.quick, args.loop_rounds)
         RESULTS.parent.mkdir(parents=True, exist_ok=True)
         RESULTS.write_text(strict_json.dumps(results, indent=2))
         return results
@@ -219,7 +220,7 @@ def main(argv=None) -> dict:
         >= 1.0,
         "mlp_fraction_of_peak >= 0.85": results["mlp"]["fraction_of_matmul_peak"] >= 0.85,
     }
-    results["steps_per_loop"] = steps_per_loop_part(args.quick)
+    results["steps_per_loop"] = steps_per_loop_part(args.quick, args.loop_rounds)
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
     RESULTS.write_text(strict_json.dumps(results, indent=2))
     print(strict_json.dumps(results, indent=2))
