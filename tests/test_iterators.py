@@ -73,3 +73,23 @@ def test_the_trainer_frees_its_iterators():
         trainer.fit(data, epochs=1, steps_per_epoch=4, verbose=0, validation_data=data.take(2))
     trainer.evaluate(data.take(2))
     assert _wait_until(lambda: iterators.pending() <= before)
+
+
+def test_a_process_exits_cleanly_with_an_iterator_being_freed():
+    import subprocess
+    import sys
+
+    code = (
+        "import tensorflow as tf\n"
+        "from tfaccel.train import iterators\n"
+        "data = tf.data.Dataset.range(10**6).map(lambda v: v * 2).repeat()"
+        ".batch(64).prefetch(tf.data.AUTOTUNE)\n"
+        "for _ in range(3):\n"
+        "    it = iterators.adopt(iter(data))\n"
+        "    [next(it) for _ in range(20)]\n"
+        "    del it\n"
+        "print('done')\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip().endswith("done")

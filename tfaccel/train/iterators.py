@@ -11,9 +11,9 @@ never waited. `adopt` hands such waits to a background thread.
 
 from __future__ import annotations
 
+import atexit
 import sys
 import threading
-import time
 
 _POLL_S = 0.05
 
@@ -25,6 +25,7 @@ class _Reaper:
         self._held: dict[int, object] = {}
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
+        self._stop = threading.Event()
 
     def adopt(self, obj) -> None:
         with self._lock:
@@ -39,9 +40,23 @@ class _Reaper:
         with self._lock:
             return len(self._held)
 
+    def close(self) -> None:
+        """At exit: stops the thread and frees what is left on the caller's thread.
+
+        A daemon thread still inside TensorFlow when the interpreter finalizes is stopped
+        by a forced unwind through C++ frames, which aborts the process ("exception not
+        rethrown"); so the thread is joined first, while the interpreter is whole.
+        """
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+        with self._lock:
+            left = list(self._held.values())
+            self._held.clear()
+        del left
+
     def _run(self) -> None:
-        while True:
-            time.sleep(_POLL_S)
+        while not self._stop.wait(_POLL_S):
             with self._lock:
                 # Held only here: the dict's reference and getrefcount's argument.
                 free = [key for key in self._held if sys.getrefcount(self._held[key]) <= 2]
@@ -50,6 +65,7 @@ class _Reaper:
 
 
 _REAPER = _Reaper()
+atexit.register(_REAPER.close)  # registered after TensorFlow's import: runs before its own
 
 
 def adopt(iterator):
