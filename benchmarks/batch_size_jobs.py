@@ -174,22 +174,26 @@ def run_job(job: dict) -> dict:
     examples, epochs = len(y), job["epochs"]
     keras.utils.set_random_seed(0)
     began = time.perf_counter()
-    report = tfaccel.tuning.find_batch_size(
-        job["build"],
-        (x, y),
-        loss=SCE,
-        optimizer=keras.optimizers.Adam(job["learning_rate"]),
-        job_examples=epochs * examples,
-    )
+    users = {"batch_size": job["batch_size"], "learning_rate": job["learning_rate"]}
+    choice = tfaccel.tuning.before_probing(**users, optimizer="adam", examples=examples)
+    report = None
+    if choice is None:  # room above the job's batch: probe from it upwards
+        report = tfaccel.tuning.find_batch_size(
+            job["build"],
+            (x, y),
+            loss=SCE,
+            optimizer=keras.optimizers.Adam(job["learning_rate"]),
+            start=job["batch_size"],
+            job_examples=epochs * examples,
+        )
+        print(report.table())
+        choice = tfaccel.tuning.recommend(report, **users, optimizer="adam")
     probe_seconds = time.perf_counter() - began
-    print(report.table())
-    choice = tfaccel.tuning.recommend(
-        report, batch_size=job["batch_size"], learning_rate=job["learning_rate"], optimizer="adam"
-    )
     print(f"{job['name']}: {'left at its batch: ' if choice.kept else ''}{choice.reason}")
     tfaccel.tuning.release_memory()
     default = train(job, job["batch_size"], job["learning_rate"])
     tuned = default if choice.kept else train(job, choice.batch_size, choice.learning_rate)
+    tuned_kind = "no probe: the data decides" if report is None else "probed"
     target = default["final_accuracy"]
     default_time, tuned_time = time_to(default["curve"], target), time_to(tuned["curve"], target)
     result = {
@@ -199,9 +203,10 @@ def run_job(job: dict) -> dict:
         "held_out": f"{job['held_out_name']} ({len(job['held_out'][1])} examples)",
         "left_at_its_batch": choice.kept,
         "reason": choice.reason,
-        "limits": report.to_dict()["limits"],
-        "decided_by": report.decided_by,
-        "noise_scale_note": report.noise_scale_note,
+        "tuned_by": tuned_kind,
+        "limits": None if report is None else report.to_dict()["limits"],
+        "decided_by": "data" if report is None else report.decided_by,
+        "noise_scale_note": None if report is None else report.noise_scale_note,
         "probe_seconds": probe_seconds,
         "default": default,
         "tuned": tuned,
@@ -210,7 +215,7 @@ def run_job(job: dict) -> dict:
             None if tuned_time is None else tuned_time / default_time
         ),
         "probe_over_tuned_training": probe_seconds / tuned["train_seconds"],
-        "report": report.to_dict(),
+        "report": None if report is None else report.to_dict(),
     }
     result["targets"] = {
         "tuned accuracy >= default - 0.01": result["accuracy_tuned_minus_default"] >= -0.01,

@@ -339,6 +339,17 @@ def tune_batch_size(
         )
     args = run.args
     examples = int(unbatched.cardinality())
+    if examples > 0 and not args.smoke:  # the data alone may decide: then nothing is probed
+        choice = tuning.before_probing(
+            batch_size=args.batch_size,
+            learning_rate=args.learning_rate,
+            optimizer=optimizer,
+            examples=examples,
+            replicas=run.replicas,
+        )
+        if choice is not None:
+            _apply_choice(args, choice, optimizer)
+            return
     # The job's size bounds the probe (smoke runs are bounded by `limit` instead).
     job = args.epochs * examples if examples > 0 and args.epochs > 0 and not args.smoke else None
     if job:
@@ -354,7 +365,8 @@ def tune_batch_size(
         loss=loss,
         optimizer=optimizer,
         strategy=run.strategy,
-        start=max(8, run.replicas),
+        # Only a batch above yours can be chosen: the candidates start at it.
+        start=max(8 if args.smoke else args.batch_size, run.replicas),
         limit=16 if args.smoke else None,
         steps=1 if args.smoke else 5,
         job_examples=job,
@@ -371,6 +383,11 @@ def tune_batch_size(
         optimizer=optimizer,
         replicas=run.replicas,
     )
+    _apply_choice(args, choice, optimizer)
+
+
+def _apply_choice(args, choice, optimizer: str) -> None:
+    """Prints the choice and sets `args.batch_size` and `args.learning_rate` to it."""
     if choice.kept:
         print(
             f"--tune-batch-size: {choice.reason}; training at batch {args.batch_size} and "

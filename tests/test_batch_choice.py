@@ -59,7 +59,8 @@ def test_the_noise_scale_decides_when_it_is_the_smallest_limit():
         limit=128,
         mode="power",
         steps=2,
-        noise_warmup=0,  # at the weights where the exact value is known
+        optimizer=lambda: keras.optimizers.SGD(0.0),  # the probes keep the weights...
+        noise_warmup=0,  # ...where the exact value is known
         clock=StepClock(rates, steps=2),
     )
     assert report.max_batch_size == 128 and report.limits["throughput knee"] == 128
@@ -263,3 +264,26 @@ def test_the_probes_data_skip_tf_datas_default_rewrites():
     dataset = inputs.without_rewrites(tf.data.Dataset.range(4))
     assert dataset.options().experimental_optimization.apply_default_optimizations is False
     assert list(dataset.batch(2).as_numpy_iterator())[1].tolist() == [2, 3]
+
+
+def test_the_data_alone_decides_before_any_probe():
+    # The `make run` job: 1,212 examples, batch 64 — 20 steps an epoch allow at most 60.
+    choice = tuning.before_probing(
+        batch_size=64, learning_rate=2e-3, optimizer="adam", examples=1_212
+    )
+    assert (choice.batch_size, choice.kept) == (60, False)
+    assert choice.learning_rate == pytest.approx(2e-3 * math.sqrt(60 / 64))
+    assert choice.reason.startswith("no probe: 1,212 examples leave no batch above 64")
+    at_cap = tuning.before_probing(
+        batch_size=60, learning_rate=2e-3, optimizer="adam", examples=1_212
+    )
+    assert (at_cap.batch_size, at_cap.learning_rate, at_cap.kept) == (60, 2e-3, True)
+    tiny = tuning.before_probing(batch_size=32, learning_rate=0.1, optimizer="sgd", examples=10)
+    assert (tiny.batch_size, tiny.kept) == (32, True)  # not lowered to nothing
+    # Room above the user's batch: a probe can pay, nothing is decided here.
+    assert (
+        tuning.before_probing(batch_size=32, learning_rate=1e-3, optimizer="adam", examples=50_000)
+        is None
+    )
+    with pytest.raises(ValueError, match="examples must be an integer >= 1"):
+        tuning.before_probing(batch_size=32, learning_rate=1e-3, optimizer="adam", examples=0)

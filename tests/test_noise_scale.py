@@ -63,7 +63,15 @@ def test_find_batch_size_keeps_the_best_batch_at_or_below_the_noise_scale():
         return fresh
 
     report = tuning.find_batch_size(
-        build, data, loss="mse", start=8, limit=512, mode="power", steps=2, noise_warmup=0
+        build,
+        data,
+        loss="mse",
+        optimizer=lambda: keras.optimizers.SGD(0.0),  # the probes keep the weights...
+        start=8,
+        limit=512,
+        mode="power",
+        steps=2,
+        noise_warmup=0,  # ...where the exact value is known
     )
     assert report.noise_scale == pytest.approx(exact, rel=0.5)
     assert report.decided_by == "noise scale" and report.best_batch_size == 8

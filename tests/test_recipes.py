@@ -221,6 +221,19 @@ def test_tune_batch_size_flag(tmp_path, capsys):
     )
 
 
+def test_tune_batch_size_probes_nothing_when_the_data_decides(tmp_path, capsys):
+    # digits: 1,212 training examples at batch 64 leave 18 steps an epoch; no larger batch
+    # can be chosen, so nothing is probed (no plot) and the batch becomes 60.
+    argv = ["--tune-batch-size", "--epochs", "1", "--out", str(tmp_path), "--verbose", "0"]
+    digits.main(argv)
+    out = capsys.readouterr().out
+    assert "no probe: 1,212 examples leave no batch above 64" in out
+    assert not (tmp_path / "batch_size.png").exists()
+    settings = json.loads((tmp_path / "metrics.json").read_text())["settings"]
+    assert settings["batch_size"] == 60
+    assert settings["learning_rate"] == pytest.approx(2e-3 * (60 / 64) ** 0.5)
+
+
 # -- Kaggle House Prices -----------------------------------------------------------------------
 
 

@@ -94,9 +94,9 @@ def knee_report():
     return scripted_search(min_steps_per_epoch=1)  # 256 examples: the knee alone decides
 
 
-def scripted_search(**kwargs):
-    """A power search over RATES with the scripted clock (every probe read 4 times)."""
-    clock = ScriptedClock(RATES, steps=3)
+def scripted_search(rates=RATES, **kwargs):
+    """A power search over `rates` with the scripted clock (every probe read 4 times)."""
+    clock = ScriptedClock(rates, steps=3)
     report = tuning.find_batch_size(
         lambda: small_model(threshold=10**6),
         (X, Y),
@@ -109,13 +109,19 @@ def scripted_search(**kwargs):
         noise_scale=False,  # the throughput knee and the data alone
         **kwargs,
     )
-    assert clock.calls == 4 * len(RATES)
+    assert clock.calls == 4 * len(rates)
     return report
 
 
 def test_binsearch_resolves_the_largest_fit_to_the_granularity():
     report = tuning.find_batch_size(
-        lambda: small_model(threshold=100), (X, Y), loss=SCE, start=32, granularity=16, steps=1
+        lambda: small_model(threshold=100),
+        (X, Y),
+        loss=SCE,
+        start=32,
+        granularity=16,
+        steps=1,
+        min_steps_per_epoch=1,  # 256 examples: memory alone ends the search
     )
     assert report.max_batch_size == 96  # largest multiple of 16 at or under 100
     reasons = {row.batch_size: row.reason for row in report.rows}
@@ -129,7 +135,13 @@ def test_binsearch_resolves_the_largest_fit_to_the_granularity():
 
 def test_power_mode_stops_at_the_largest_power_of_two_under_the_threshold():
     report = tuning.find_batch_size(
-        lambda: small_model(threshold=100), (X, Y), loss=SCE, start=16, mode="power", steps=1
+        lambda: small_model(threshold=100),
+        (X, Y),
+        loss=SCE,
+        start=16,
+        mode="power",
+        steps=1,
+        min_steps_per_epoch=1,
     )
     assert report.max_batch_size == 64
     assert [(row.batch_size, row.reason) for row in report.rows] == [
@@ -150,6 +162,7 @@ def test_batches_are_global_under_a_mirrored_strategy(mirrored):
         start=16,
         mode="power",
         steps=1,
+        min_steps_per_epoch=1,
     )
     assert [(row.batch_size, row.reason) for row in report.rows] == [
         (16, "ok"),
@@ -171,6 +184,7 @@ def test_cpu_budget_stops_before_a_candidate_predicted_over_it():
         mode="power",
         steps=1,
         memory_budget_mb=budget,
+        min_steps_per_epoch=1,
     )
     last = report.rows[-1]
     assert last.reason == "budget" and not last.fits
@@ -484,7 +498,8 @@ def test_public_api():
 def test_auto_batch_sizes_are_powers_of_two_up_to_the_largest_fit():
     (x_train, y_train), _ = digits(n_train=256)
     hypermodel = tuning.BatchSizeHyperModel(
-        digits_model, probe_kwargs={"start": 16, "mode": "power", "steps": 1}
+        digits_model,
+        probe_kwargs={"start": 16, "mode": "power", "steps": 1, "min_steps_per_epoch": 1},
     )
     hp = keras_tuner.HyperParameters()
     history = hypermodel.fit(hp, hypermodel.build(hp), x_train, y_train, epochs=1, verbose=0)
@@ -557,12 +572,30 @@ def test_a_schedule_is_kept_when_nothing_is_scaled():
     assert model.optimizer._learning_rate is schedule  # the user's schedule, not a float
 
 
-def test_the_best_batch_leaves_enough_steps_per_epoch(knee_report):
-    # The same rates on 256 examples with the default 20 steps an epoch: at most 12 a batch.
-    report = scripted_search()
+def test_candidates_stop_where_too_few_steps_an_epoch_are_left(knee_report):
+    # 256 examples with the default 20 steps an epoch: at most 12 a batch. The first
+    # candidate runs; none above the cap is tried.
+    report = scripted_search({16: 100.0})
     assert knee_report.best_batch_size == 64 and knee_report.decided_by == "throughput knee"
+    assert [(r.batch_size, r.reason) for r in report.rows] == [(16, "ok"), (32, "steps per epoch")]
+    assert report.capped_by == "steps per epoch" and report.limits["steps per epoch"] == 12
     assert report.best_batch_size == 16 and report.decided_by == "steps per epoch"
-    assert "decided by the steps per epoch" in report.table()
+    table = report.table()
+    assert "decided by the steps per epoch" in table
+    assert "a larger batch leaves too few on 256 examples" in table
+    # Between the cap and a larger data: binsearch resolves up to the cap, no further.
+    wide = tuning.find_batch_size(
+        lambda: small_model(threshold=10**6),
+        (np.tile(X, (4, 1)), np.tile(Y, 4)),  # 1,024 examples: at most 51 a batch
+        loss=SCE,
+        start=16,
+        granularity=8,
+        steps=1,
+        noise_scale=False,
+    )
+    tried = [r.batch_size for r in wide.rows if r.reason == "ok"]
+    assert max(tried) == 48 and all(b <= 51 for b in tried)
+    assert wide.capped_by == "steps per epoch"
 
 
 @pytest.mark.parametrize(
@@ -577,3 +610,29 @@ def test_the_search_stops_when_its_time_is_spent(bound):
     assert "time budget was spent" in report.table()
     with pytest.raises(ValueError, match="budget_s must be"):
         tuning.find_batch_size(small_model, (X, Y), loss=SCE, budget_s=-1)
+
+
+def test_one_model_serves_every_candidate_until_one_fails():
+    built = []
+
+    def build():
+        built.append(small_model(threshold=100))
+        return built[-1]
+
+    report = tuning.find_batch_size(
+        build, (X, Y), loss=SCE, start=16, steps=1, min_steps_per_epoch=1, noise_scale=False
+    )
+    reasons = [(r.batch_size, r.reason) for r in report.rows]
+    assert reasons == [
+        (16, "ok"),
+        (32, "ok"),
+        (64, "ok"),
+        (128, "oom"),
+        (96, "ok"),
+        (112, "oom"),
+        (104, "oom"),
+    ]
+    # Built for 16 (used by 32, 64 and 128), again after 128 ran out of memory (for 96
+    # and 112), and for 104: a model whose step failed is not trusted.
+    assert len(built) == 3
+    assert report.max_batch_size == 96

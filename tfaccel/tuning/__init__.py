@@ -5,13 +5,14 @@ largest that fits and the throughput knee; `BatchSizeHyperModel` lets keras-tune
 search the batch size with the user's learning rate scaled to it; `scaled_learning_rate`
 applies the scaling rule on its own, `rule_for` picks it from the optimizer;
 `gradient_noise_scale` estimates the critical batch (McCandlish et al. 2018);
-`recommend` turns a report into the batch and learning rate to train a job with.
+`recommend` turns a report into the batch and learning rate to train a job with, and
+`before_probing` makes that choice when the data alone decides (no probe worth running).
 """
 
 from tfaccel.tuning.hypermodel import BatchSizeHyperModel
 from tfaccel.tuning.noise import NoiseScale, gradient_noise_scale
 from tfaccel.tuning.oom import is_out_of_memory, release_memory
-from tfaccel.tuning.recommend import Recommendation, recommend
+from tfaccel.tuning.recommend import Recommendation, before_probing, recommend
 from tfaccel.tuning.report import BatchSizeReport, ProbeRow
 from tfaccel.tuning.scaling import resolve_lr_scaling, rule_for, scaled_learning_rate
 from tfaccel.tuning.search import NoBatchSizeFitsError, find_batch_size
@@ -23,6 +24,7 @@ __all__ = [
     "NoiseScale",
     "ProbeRow",
     "Recommendation",
+    "before_probing",
     "find_batch_size",
     "gradient_noise_scale",
     "is_out_of_memory",

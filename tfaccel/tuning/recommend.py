@@ -106,6 +106,46 @@ def recommend(
     return _scaled(best, batch_size, learning_rate, rule, reason)
 
 
+def before_probing(
+    *,
+    batch_size: int,
+    learning_rate: float,
+    optimizer,
+    examples: int,
+    min_steps_per_epoch: int = 20,
+    lr_scaling: str | None = "auto",
+    replicas: int = 1,
+) -> Recommendation | None:
+    """The choice when the data alone makes it, so that no probe is worth running; else None.
+
+    When `examples // min_steps_per_epoch` is at most `batch_size`, no larger batch can be
+    chosen whatever a probe measures: the user's batch is kept, or lowered to the largest
+    that leaves `min_steps_per_epoch` steps an epoch (as `recommend` would), with the rate
+    scaled by the optimizer's rule; kept if even one example per replica leaves fewer.
+    Use it before `find_batch_size`, with `start=batch_size` when it returns None.
+
+    Raises:
+        ValueError: a batch size or examples < 1, or a rate <= 0.
+    """
+    if isinstance(examples, bool) or not isinstance(examples, int) or examples < 1:
+        raise ValueError(f"examples must be an integer >= 1, got {examples!r}.")
+    rule = resolve_lr_scaling(lr_scaling, optimizer)
+    scaled_learning_rate(
+        batch_size, base_batch_size=batch_size, base_learning_rate=learning_rate, lr_scaling=None
+    )
+    cap = examples // min_steps_per_epoch
+    if cap > batch_size:
+        return None
+    room = (
+        f"no probe: {examples:,} examples leave no batch above {batch_size} with "
+        f"{min_steps_per_epoch} steps an epoch (at most {cap})"
+    )
+    lower = cap // replicas * replicas
+    if lower < replicas or lower >= batch_size:  # too few examples for the rule: kept
+        return Recommendation(batch_size, float(learning_rate), rule, True, room)
+    return _scaled(lower, batch_size, learning_rate, rule, f"{room}; batch {lower}")
+
+
 def _scaled(batch, base_batch, base_rate, rule, reason) -> Recommendation:
     rate = scaled_learning_rate(
         batch, base_batch_size=base_batch, base_learning_rate=base_rate, lr_scaling=rule

@@ -6,7 +6,7 @@ import dataclasses
 import math
 import os
 
-REASONS = ("ok", "oom", "budget", "limit", "data", "time")
+REASONS = ("ok", "oom", "budget", "limit", "data", "steps per epoch", "time")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -21,12 +21,14 @@ class ProbeRow:
         examples_per_second: the batch over its median timed step (None unless it fits).
         peak_memory_mb: measured peak memory of the probe (None when it did not run to the end).
         reason: "ok"; "oom" (ran out of memory); "budget" (its predicted or measured memory
-            exceeds the budget); "limit" (above `limit`, not tried); "time" (the search's time
+            exceeds the budget); "limit" (above `limit`, not tried); "data" (more than the
+            data's examples, not tried); "steps per epoch" (it would leave fewer than
+            `min_steps_per_epoch` steps an epoch, not tried); "time" (the search's time
             budget was spent before it, not tried).
         predicted_memory_mb: the memory predicted before running it, when there was a prediction.
         error: the out-of-memory message, shortened ("" otherwise).
-        seconds: the candidate's wall time, its model's build and compile included (None
-            when it did not run).
+        seconds: the candidate's wall time, its model's build and compile included when it
+            built one (None when it did not run).
     """
 
     batch_size: int
@@ -73,6 +75,7 @@ class BatchSizeReport:
         effective_batch_size: the effective batch asked for (None if none was).
         capped_by: what ended the search: "memory" (a candidate ran out of memory or
             over the budget), "data" (the next candidate exceeded the data's examples),
+            "steps per epoch" (it would leave fewer than `min_steps_per_epoch` steps),
             "limit" (it exceeded `limit`) or "time" (`budget_s` or the share of the job
             was spent); None for reports from older versions.
         examples: the data's examples, when known or counted.
@@ -281,6 +284,7 @@ class BatchSizeReport:
 _CAPS = {
     "memory": "memory: a larger batch did not fit",
     "data": "the data: it holds {} examples, so no larger batch was tried",
+    "steps per epoch": "steps per epoch: a larger batch leaves too few on {} examples",
     "limit": "limit: no larger batch was tried",
     "time": "time: the search's time budget was spent, no larger batch was tried",
 }

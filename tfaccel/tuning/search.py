@@ -99,7 +99,18 @@ class _Search:
         self.examples = inputs.count_examples(data)  # None: counted when a batch needs it
         self.time_limit = time_limit
         self.noise_asked, self.noise_warmup = False, None  # set by find_batch_size
-        self.last_model: keras.Model | None = None  # the last probe's, kept for the noise scale
+        self.min_steps_per_epoch: int | None = None  # set by find_batch_size: caps candidates
+        # One model for every candidate while they fit (built again after a failure): a
+        # candidate costs its steps and, for the first two shapes, a trace — not a build.
+        # The noise scale continues from it.
+        self.last_model: keras.Model | None = None
+
+    @property
+    def steps_cap(self) -> int | None:
+        """The largest batch leaving `min_steps_per_epoch` steps an epoch (None: no cap)."""
+        if self.examples is None or self.min_steps_per_epoch is None:
+            return None
+        return self.examples // self.min_steps_per_epoch
 
     def has_examples(self, batch_size: int) -> bool:
         """Whether the data holds at least `batch_size` examples (counting only that many)."""
@@ -139,8 +150,6 @@ class _Search:
             self.rows.append(row)
             logger.info("batch %d: predicted %.0f MiB > budget, not run", batch_size, predicted)
             return row
-        self.last_model = None
-        release_memory()
         began = time.perf_counter()
         data = (
             self.data.take(batch_size)
@@ -152,9 +161,11 @@ class _Search:
         timer = _ProbeTimer(self.clock, self.meter)
         failure = None
         try:
-            model = self._build()
+            if self.last_model is None:  # the first candidate, or the one after a failure
+                release_memory()
+                self.last_model = self._build()
             self.meter.start()
-            model.fit(
+            self.last_model.fit(
                 data,
                 epochs=1,
                 steps_per_epoch=self.steps + 1,
@@ -166,8 +177,9 @@ class _Search:
             if not is_out_of_memory(error):
                 raise
             failure = describe_out_of_memory(error)
-        self.last_model = model if failure is None else None
-        model = data = None
+            self.last_model = None  # its state after the failure is not trusted: rebuild
+            release_memory()
+        data = None
         if failure is not None:
             row = ProbeRow(batch_size, False, None, None, "oom", predicted, failure)
         else:
@@ -216,14 +228,21 @@ def find_batch_size(
     """Finds the best global batch: the largest that fits, at or below the throughput knee
     and the gradient noise scale, leaving `min_steps_per_epoch` steps an epoch.
 
-    Each candidate gets a fresh model from `build_model` (memory is released between
-    probes), one warm-up step and `steps` timed training steps on `data` batched to
-    the candidate. Candidates: `start`, 2×`start`, 4×`start`, ... until one fails;
-    "binsearch" then bisects between the last fit and the first failure on multiples
-    of `granularity`. If `start` itself fails, the search halves it until one fits.
-    No candidate exceeds the data's examples (its length, or the examples counted up
-    to the candidate for data of unknown length): a larger batch would repeat
-    examples. The report's `capped_by` says what ended the search.
+    The candidates share one model from `build_model` (built again, after releasing
+    memory, only when a candidate fails), each running one warm-up step and `steps`
+    timed training steps on `data` batched to the candidate: after the first two
+    shapes Keras' train function is traced once for any batch, so a later candidate
+    costs its steps alone. Memory is measured on a GPU as the allocator's peak (the
+    weights included), on a CPU as the growth over the search's start.
+
+    Candidates: `start`, 2×`start`, 4×`start`, ... until one fails; "binsearch" then
+    bisects between the last fit and the first failure on multiples of `granularity`.
+    If `start` itself fails, the search halves it until one fits. No candidate exceeds
+    the data's examples (its length, or the examples counted up to the candidate for
+    data of unknown length): a larger batch would repeat examples. Nor, when the
+    examples are known and no `effective_batch_size` is asked for, does one leave fewer
+    than `min_steps_per_epoch` steps an epoch. The report's `capped_by` says what ended
+    the search.
 
     Running out of memory is caught as `tf.errors.ResourceExhaustedError` or XLA's
     `RESOURCE_EXHAUSTED`. On a CPU, where running out of memory kills the process,
@@ -262,7 +281,8 @@ def find_batch_size(
         noise_warmup: examples to train the model on (batch 32, the optimizer as
             given) before estimating the noise scale, which grows as the loss falls. None:
             one pass over at most 10,000 examples, or what the time limit leaves; 0: at
-            the last probe's weights (`steps` + 1 steps from the initial weights).
+            the probes' model's weights (`steps` + 1 steps a candidate from the initial
+            weights).
         min_steps_per_epoch: `best_batch_size` leaves at least this many optimizer steps
             per epoch when the data's examples are known (a batch of the whole data
             trains one step an epoch, however fast); 1 turns the rule off.
@@ -345,6 +365,8 @@ def find_batch_size(
         TimeLimit(began, budget_s, job_examples),
     )
     search.noise_asked, search.noise_warmup = noise_scale, noise_warmup
+    if effective_batch_size is None and min_steps_per_epoch > 1:
+        search.min_steps_per_epoch = min_steps_per_epoch
     gc.collect()
     gc.freeze()  # later collections skip everything alive now (TensorFlow's own objects)
     try:
@@ -355,12 +377,13 @@ def find_batch_size(
     rows = search.rows
     max_batch_size = max(r.batch_size for r in rows if r.fits)
     knee_batch = knee_batch_size(rows, knee) or largest
-    capped_by = next((r.reason for r in rows if r.reason in ("data", "limit", "time")), None)
+    ends = ("data", "steps per epoch", "limit", "time")
+    capped_by = next((r.reason for r in rows if r.reason in ends), None)
     if any(r.reason in ("oom", "budget") for r in rows):
         capped_by = "memory"
     best, decided_by = knee_batch, "throughput knee"
-    if knee_batch == max_batch_size and capped_by == "memory":
-        decided_by = "memory"  # examples/s still grew at the largest batch that fits
+    if knee_batch == max_batch_size and capped_by in ("memory", "steps per epoch"):
+        decided_by = capped_by  # examples/s still grew at the largest batch allowed
     limits = {"memory": max_batch_size, "throughput knee": knee_batch}
     if not noise_scale:
         search.last_model = None
@@ -439,6 +462,10 @@ def _explore(search: _Search, start, limit, mode, step: int, replicas: int) -> i
             break
         if largest is not None and search.spent(batch):
             search.rows.append(ProbeRow(batch, False, None, None, "time"))
+            break
+        if search.steps_cap is not None and batch > search.steps_cap and largest is not None:
+            search.rows.append(ProbeRow(batch, False, None, None, "steps per epoch"))
+            capped = search.steps_cap
             break
         if not search.has_examples(batch):
             fewer = search.examples // replicas * replicas
