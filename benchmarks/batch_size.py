@@ -12,17 +12,17 @@ the search's seconds ÷ one 50,000-example epoch at the knee (target ≤ 0.5); s
 examples/s at the knee ÷ at Keras' default batch 32.
 
 Part 2, whole jobs (`batch_size_jobs.py`): digits (the `make run` job, recipes/digits.py's
-data and model) and a synthetic CIFAR-shaped job (50,000 examples × 10 epochs, a small
-CNN), each trained at its default batch and at the tuned one (noise scale on, probe
+data and model) and two synthetic CIFAR-shaped jobs (50,000 examples × 10 epochs, a small
+CNN and an MLP), each trained at its default batch and at the tuned one (noise scale on, probe
 bounded by 10 % of the job, learning rate by the optimizer's rule). Reports the held-out
 accuracy of both (target: tuned ≥ default − 0.01), the time to reach the default run's
-final accuracy (tuned ÷ default; targets < 1 on the CIFAR-shaped job, ≤ 1.1 on digits),
+final accuracy (tuned ÷ default; targets < 1 on the CIFAR-shaped jobs, ≤ 1.1 on digits),
 the probe's seconds ÷ the tuned training seconds (target ≤ 0.10), and whether the job
 was left at its batch (too small for a probe to pay).
 
 Writes `benchmarks/results/batch_size.json`, `batch_size.png` (part 1's search) and
 `batch_size_jobs.png` (part 2: accuracy against training seconds, both runs, per job).
-Run: `python benchmarks/batch_size.py [--quick] [--jobs digits cifar]`. `--quick` checks
+Run: `python benchmarks/batch_size.py [--quick] [--jobs digits cifar cifar_mlp]`. `--quick` checks
 that the script works (a small CNN, batches 8–64, few steps, tiny jobs) and writes
 `batch_size.quick.*`. `--jobs` runs only part 2's named jobs and merges them into the
 existing results JSON (part 1 and the other jobs as they were), redrawing the jobs plot.
@@ -46,7 +46,11 @@ import tfaccel
 from tfaccel import strict_json
 
 RESULTS = pathlib.Path(__file__).parent / "results"
-JOBS = {"digits": batch_size_jobs.digits_job, "cifar": batch_size_jobs.cifar_job}
+JOBS = {
+    "digits": batch_size_jobs.digits_job,
+    "cifar": batch_size_jobs.cifar_job,
+    "cifar_mlp": batch_size_jobs.cifar_mlp_job,
+}
 EPOCH_EXAMPLES = 50_000
 
 

@@ -278,9 +278,10 @@ def find_batch_size(
             predicted cost is reserved: no candidate is started that would eat into it.
             It is skipped (the report's `noise_scale_note` says so) when its cost does
             not fit even so (e.g. the first candidate took the whole limit).
-        noise_warmup: examples to train the model on (batch 32, the optimizer as
-            given) before estimating the noise scale, which grows as the loss falls. None:
-            one pass over at most 10,000 examples, or what the time limit leaves; 0: at
+        noise_warmup: examples to train the model on (at the throughput knee, the
+            optimizer as given) before estimating the noise scale, which grows as the
+            loss falls. None: one pass over the data (at most 50,000 examples), or what
+            the time limit leaves; 0: at
             the probes' model's weights (`steps` + 1 steps a candidate from the initial
             weights).
         min_steps_per_epoch: `best_batch_size` leaves at least this many optimizer steps
