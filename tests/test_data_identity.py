@@ -207,7 +207,12 @@ def test_find_batch_size_never_proposes_more_than_the_examples(length):
     if length == "unknown":
         source = source.filter(lambda a, b: True)
     report = tfaccel.tuning.find_batch_size(
-        tiny_model, source, loss="sparse_categorical_crossentropy", start=4, steps=1
+        tiny_model,
+        source,
+        loss="sparse_categorical_crossentropy",
+        start=4,
+        steps=1,
+        min_steps_per_epoch=1,  # the data alone caps (the steps cap: tests/test_tuning.py)
     )
     assert report.max_batch_size <= 10 and report.best_batch_size <= 10
     assert all(row.batch_size <= 10 for row in report.rows if row.fits)
@@ -215,6 +220,10 @@ def test_find_batch_size_never_proposes_more_than_the_examples(length):
     assert "search capped by the data: it holds 10 examples" in str(report)
     assert [(r.batch_size, r.reason) for r in report.rows] == [(4, "ok"), (8, "ok"), (16, "data")]
     small = tfaccel.tuning.find_batch_size(
-        tiny_model, (x[:5], y[:5]), loss="sparse_categorical_crossentropy", steps=1
+        tiny_model,
+        (x[:5], y[:5]),
+        loss="sparse_categorical_crossentropy",
+        steps=1,
+        min_steps_per_epoch=1,
     )
     assert small.max_batch_size == 5 and small.capped_by == "data"

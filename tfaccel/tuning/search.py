@@ -464,10 +464,6 @@ def _explore(search: _Search, start, limit, mode, step: int, replicas: int) -> i
         if largest is not None and search.spent(batch):
             search.rows.append(ProbeRow(batch, False, None, None, "time"))
             break
-        if search.steps_cap is not None and batch > search.steps_cap and largest is not None:
-            search.rows.append(ProbeRow(batch, False, None, None, "steps per epoch"))
-            capped = search.steps_cap
-            break
         if not search.has_examples(batch):
             fewer = search.examples // replicas * replicas
             if largest is None and fewer >= replicas:  # start above the data: start at it
@@ -480,6 +476,10 @@ def _explore(search: _Search, start, limit, mode, step: int, replicas: int) -> i
                 )
             search.rows.append(ProbeRow(batch, False, None, None, "data"))
             capped = search.examples
+            break
+        if search.steps_cap is not None and batch > search.steps_cap and largest is not None:
+            search.rows.append(ProbeRow(batch, False, None, None, "steps per epoch"))
+            capped = search.steps_cap
             break
         row = search.probe(batch)
         if not row.fits:
