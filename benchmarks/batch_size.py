@@ -133,6 +133,9 @@ def main(argv=None) -> dict:
         choices=sorted(JOBS),
         help="run only these part-2 jobs; merge them into the existing results JSON",
     )
+    parser.add_argument(
+        "--no-jobs", action="store_true", help="part 1 only; keep part 2's jobs from the JSON"
+    )
     args = parser.parse_args(argv)
     if args.jobs:
         return rerun_jobs(args.jobs, args.quick)
@@ -187,7 +190,10 @@ def main(argv=None) -> dict:
     }
     tfaccel.tuning.release_memory()
     results["jobs"] = {}
-    run_jobs(results, list(JOBS), args.quick)
+    path = RESULTS / f"{_stem(args.quick)}.json"
+    if args.no_jobs and path.exists():
+        results["jobs"] = json.loads(path.read_text()).get("jobs", {})
+    run_jobs(results, [] if args.no_jobs else list(JOBS), args.quick)
     report.plot(RESULTS / f"{_stem(args.quick)}.png")
     return results
 

@@ -62,6 +62,7 @@ def test_the_noise_scale_decides_when_it_is_the_smallest_limit():
         optimizer=lambda: keras.optimizers.SGD(0.0),  # the probes keep the weights...
         noise_warmup=0,  # ...where the exact value is known
         clock=StepClock(rates, steps=2),
+        confirm=False,  # the clock scripts one reading a candidate
     )
     assert report.max_batch_size == 128 and report.limits["throughput knee"] == 128
     assert report.noise_scale == pytest.approx(exact, rel=0.5)
@@ -287,3 +288,64 @@ def test_the_data_alone_decides_before_any_probe():
     )
     with pytest.raises(ValueError, match="examples must be an integer >= 1"):
         tuning.before_probing(batch_size=32, learning_rate=1e-3, optimizer="adam", examples=0)
+
+
+def test_the_next_rate_follows_the_growth_measured_so_far():
+    one = [ProbeRow(32, True, 6_000.0, 1.0, "ok")]
+    assert budget.fastest_after(one, 64) == pytest.approx(12_000.0)  # at most proportional
+    # 32 → 64 grew 1.5× (not 2×): 128 is projected to grow 1.5× again.
+    two = [*one, ProbeRow(64, True, 9_000.0, 1.0, "ok")]
+    assert budget.fastest_after(two, 128) == pytest.approx(13_500.0)
+    # A rate that fell is not projected to fall further; faster than measured, never slower.
+    fell = [*one, ProbeRow(64, True, 5_000.0, 1.0, "ok")]
+    assert budget.fastest_after(fell, 128) == pytest.approx(6_000.0)
+
+
+class SequenceClock:
+    """A fake clock for probes in the order given: [(batch, examples/s), ...], 3 reads each."""
+
+    def __init__(self, readings: list, steps: int = 2):
+        self.ticks = [b / rate for b, rate in readings for _ in range(steps + 1)]
+        self.now, self.calls = 0.0, 0
+
+    def __call__(self):
+        self.now += self.ticks[self.calls]
+        self.calls += 1
+        return self.now
+
+
+def test_one_fast_reading_does_not_choose_the_batch():
+    x = np.random.default_rng(0).random((256, 8)).astype("float32")
+    y = (x.sum(axis=1) > 4).astype("int32")
+
+    def build():
+        return keras.Sequential([keras.Input((8,)), keras.layers.Dense(2, activation="softmax")])
+
+    def search(readings, confirm=True):
+        clock = SequenceClock(readings)
+        report = tuning.find_batch_size(
+            build,
+            (x, y),
+            loss=SCE,
+            start=16,
+            limit=32,
+            mode="power",
+            steps=2,
+            noise_scale=False,
+            min_steps_per_epoch=1,
+            confirm=confirm,
+            clock=clock,
+        )
+        assert clock.calls == len(clock.ticks)  # every scripted reading was taken
+        return report
+
+    # 32 read 10 % faster than 16 once: alone, it would be the knee.
+    assert search([(16, 100.0), (32, 110.0)], confirm=False).best_batch_size == 32
+    # Timed again (32 first, then 16): 32 at 90, 16 at 100 — both average 100: 16 stays.
+    report = search([(16, 100.0), (32, 110.0), (32, 90.0), (16, 100.0)])
+    rates = {r.batch_size: r.examples_per_second for r in report.rows if r.fits}
+    assert rates == pytest.approx({16: 100.0, 32: 100.0})
+    assert report.best_batch_size == 16
+    # A real gain survives the second reading.
+    report = search([(16, 100.0), (32, 150.0), (32, 140.0), (16, 105.0)])
+    assert report.best_batch_size == 32

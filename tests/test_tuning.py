@@ -107,6 +107,7 @@ def scripted_search(rates=RATES, **kwargs):
         steps=3,
         clock=clock,
         noise_scale=False,  # the throughput knee and the data alone
+        confirm=False,  # every probe read 4 times, as scripted
         **kwargs,
     )
     assert clock.calls == 4 * len(rates)

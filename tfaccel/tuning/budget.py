@@ -6,13 +6,14 @@ when its predicted end (the last candidate's fixed cost — build, compile, firs
 plus its steps at the last measured rate) plus the `reserve` kept for what follows it
 (the noise-scale estimate) would pass the bound as it will stand once the candidate is
 timed: a faster batch shrinks a share-of-the-job bound, so the candidate's examples/s
-is taken at its most (the last rate, growing in proportion to the batch). At least one
-candidate always runs.
+is projected from the trend so far (in proportion to the batch after one candidate; as
+the last two grew after two). At least one candidate always runs.
 """
 
 from __future__ import annotations
 
 import logging
+import math
 import time
 from collections.abc import Callable
 
@@ -43,12 +44,23 @@ def rate_at(rows: list[ProbeRow], batch: int) -> float | None:
 
 
 def fastest_after(rows: list[ProbeRow], batch: int) -> float | None:
-    """The examples/s a probe of `batch` may reach at most: the last rate × batch / its batch."""
+    """The examples/s a probe of `batch` may reach: the last rate grown by the trend so far.
+
+    With one candidate timed, in proportion to the batch (the most it can grow); with
+    two, as the last two grew (rate ∝ batch^e, e measured between them, within [0, 1]).
+    """
     ran = [r for r in rows if r.fits and r.examples_per_second]
     if not ran:
         return None
     last = ran[-1]
-    grown = last.examples_per_second * max(1.0, batch / last.batch_size)
+    exponent = 1.0
+    earlier = [r for r in ran[:-1] if r.batch_size < last.batch_size]
+    if earlier:
+        before = earlier[-1]
+        growth = last.examples_per_second / before.examples_per_second
+        exponent = math.log(max(growth, 1.0)) / math.log(last.batch_size / before.batch_size)
+        exponent = min(exponent, 1.0)
+    grown = last.examples_per_second * max(1.0, batch / last.batch_size) ** exponent
     return max(grown, *(r.examples_per_second for r in ran))
 
 

@@ -9,6 +9,7 @@ Example:
 
 from __future__ import annotations
 
+import dataclasses
 import gc
 import logging
 import math
@@ -142,6 +143,60 @@ class _Search:
             model.compile(optimizer=self.make_optimizer(), loss=self.loss, jit_compile="auto")
         return model
 
+    def time_steps(self, batch_size: int) -> float | None:
+        """Examples/s of the shared model at `batch_size`: one warm-up step, then `steps`.
+
+        The median step: one step slowed by a neighbour on a shared host (or a garbage
+        collection) does not move it.
+        """
+        data = (
+            self.data.take(batch_size)
+            .cache()
+            .repeat()
+            .batch(batch_size, drop_remainder=True)
+            .prefetch(tf.data.AUTOTUNE)
+        )
+        timer = _ProbeTimer(self.clock, self.meter)
+        self.last_model.fit(
+            data,
+            epochs=1,
+            steps_per_epoch=self.steps + 1,
+            callbacks=[timer],
+            shuffle=False,  # the probe repeats one cached batch; nothing to shuffle
+            verbose=0,
+        )
+        seconds = statistics.median(timer.step_seconds())
+        return batch_size / seconds if seconds > 0 else None
+
+    def confirm_knee(self, knee: float) -> None:
+        """Times the knee and the first candidate once more, the knee first.
+
+        A batch is chosen for being faster than the first candidate (on the recipes'
+        path, the user's own batch); one noisy reading must not decide it. Each of the
+        two rows' examples/s becomes the mean of its two readings, and the knee is
+        found again from them. Skipped when the time limit (and the noise scale's
+        reserve) leaves too little for the two probes.
+        """
+        timed = [r for r in self.rows if r.fits and r.examples_per_second]
+        best = knee_batch_size(self.rows, knee)
+        if not timed or self.last_model is None or best in (None, timed[0].batch_size):
+            return
+        pair = [next(r for r in timed if r.batch_size == best), timed[0]]
+        cost = sum((self.steps + 1) * r.batch_size / r.examples_per_second for r in pair)
+        left = self.time_limit.left(self.rows)
+        if left is not None:
+            reserve = noise_probe.reserve(self, best, left) if self.noise_asked else 0.0
+            if cost + reserve > left:
+                return
+        for row in pair:
+            again = self.time_steps(row.batch_size)
+            if again is None:
+                continue
+            mean = (row.examples_per_second + again) / 2
+            index = self.rows.index(row)
+            self.rows[index] = dataclasses.replace(row, examples_per_second=mean)
+            logger.info("batch %d: timed again at %.1f examples/s", row.batch_size, again)
+
     def probe(self, batch_size: int) -> ProbeRow:
         """Runs one candidate (or predicts it over budget) and records its row."""
         predicted = predict_mb(self._fitted(), batch_size) if self.predict else None
@@ -151,43 +206,23 @@ class _Search:
             logger.info("batch %d: predicted %.0f MiB > budget, not run", batch_size, predicted)
             return row
         began = time.perf_counter()
-        data = (
-            self.data.take(batch_size)
-            .cache()
-            .repeat()
-            .batch(batch_size, drop_remainder=True)
-            .prefetch(tf.data.AUTOTUNE)
-        )
-        timer = _ProbeTimer(self.clock, self.meter)
         failure = None
         try:
             if self.last_model is None:  # the first candidate, or the one after a failure
                 release_memory()
                 self.last_model = self._build()
             self.meter.start()
-            self.last_model.fit(
-                data,
-                epochs=1,
-                steps_per_epoch=self.steps + 1,
-                callbacks=[timer],
-                shuffle=False,  # the probe repeats one cached batch; nothing to shuffle
-                verbose=0,
-            )
+            rate = self.time_steps(batch_size)
         except Exception as error:  # noqa: BLE001 - only out-of-memory is caught below
             if not is_out_of_memory(error):
                 raise
             failure = describe_out_of_memory(error)
             self.last_model = None  # its state after the failure is not trusted: rebuild
             release_memory()
-        data = None
         if failure is not None:
             row = ProbeRow(batch_size, False, None, None, "oom", predicted, failure)
         else:
             peak = self.meter.peak_mb()
-            # The median step: one step slowed by a neighbour on a shared host (or a
-            # garbage collection) does not move it.
-            seconds = statistics.median(timer.step_seconds())
-            rate = batch_size / seconds if seconds > 0 else None
             over = self.budget is not None and peak > self.budget
             row = ProbeRow(
                 batch_size,
@@ -223,6 +258,7 @@ def find_batch_size(
     min_steps_per_epoch: int = 20,
     budget_s: float | None = None,
     job_examples: int | None = None,
+    confirm: bool = True,
     clock: Callable[[], float] = time.perf_counter,
 ) -> BatchSizeReport:
     """Finds the best global batch: the largest that fits, at or below the throughput knee
@@ -293,6 +329,8 @@ def find_batch_size(
             epoch); the search then also stops once it has spent `budget.PROBE_SHARE`
             (10 %) of that job's time at the fastest rate measured so far. A candidate
             whose predicted cost would pass the limit is not started.
+        confirm: time the knee and the first candidate once more before choosing (each
+            row's examples/s becomes the mean of its two readings), within the time limit.
         clock: the timing source for the timed steps (seconds; inject a fake one in tests).
 
     Returns:
@@ -306,6 +344,7 @@ def find_batch_size(
         TypeError: `build_model` returns something other than a `keras.Model`.
         NoBatchSizeFitsError: not even the smallest batch tried fits.
     """
+    began = time.perf_counter()  # the data's conversion counts against the time limit too
     _check_int("start", start, 1)
     _check_int("granularity", granularity, 1)
     _check_int("steps", steps, 1)
@@ -346,7 +385,6 @@ def find_batch_size(
             f"{replicas} replicas in sync: each replica needs an equal share. Use "
             f"{-(-effective_batch_size // replicas) * replicas}, for example."
         )
-    began = time.perf_counter()
 
     gpus = [d.name for d in tf.config.list_logical_devices("GPU")]
     meter = MemoryMeter(_strategy_gpus(strategy, gpus))
@@ -375,6 +413,8 @@ def find_batch_size(
     finally:
         gc.unfreeze()
         release_memory()  # the last probe's data (its model is kept for the noise scale)
+    if confirm:
+        search.confirm_knee(knee)
     rows = search.rows
     max_batch_size = max(r.batch_size for r in rows if r.fits)
     knee_batch = knee_batch_size(rows, knee) or largest
