@@ -246,18 +246,28 @@ def test_the_search_keeps_the_noise_scales_reserve_and_then_measures_it(monkeypa
         budget_s=600, noise_scale=False,
     )  # fmt: skip
     assert [r.reason for r in free.rows] == ["ok"] * 4 + ["limit"]
-    # A reserve as large as the budget: no candidate after the first may start; the
-    # noise scale then runs in the time kept, on the last probe's model (no extra build).
-    monkeypatch.setattr(noise_probe, "reserve", lambda search, batch, limit: limit)
+    # A reserve as large as the budget from batch 32 on: 8 and 16 run, 32 may not start;
+    # the noise scale then runs in the time kept, on the probes' model (no extra build).
+    monkeypatch.setattr(
+        noise_probe, "reserve", lambda search, batch, limit: limit if batch > 16 else 0.0
+    )
     builds.clear()
     kept = tuning.find_batch_size(
-        counted, data, loss="mse", start=8, limit=64, mode="power", steps=1, budget_s=600
-    )
-    assert [(r.batch_size, r.reason) for r in kept.rows] == [(8, "ok"), (16, "time")]
+        counted, data, loss="mse", start=8, limit=64, mode="power", steps=1, budget_s=600,
+        confirm=False, clock=StepClock({8: 100.0, 16: 200.0}, steps=1),  # 16 is the knee
+    )  # fmt: skip
+    assert [(r.batch_size, r.reason) for r in kept.rows] == [(8, "ok"), (16, "ok"), (32, "time")]
     # Measured (inf is a measurement: after the warm-up the mean gradient can vanish in the noise).
     assert kept.noise_scale is not None and kept.noise_scale > 0
     assert kept.noise_scale_note.startswith("after a warm-up")
     assert len(builds) == 1
+    # With the first candidate alone there is no increase to bound: nothing is measured.
+    monkeypatch.setattr(noise_probe, "reserve", lambda search, batch, limit: limit)
+    alone = tuning.find_batch_size(
+        counted, data, loss="mse", start=8, limit=64, mode="power", steps=1, budget_s=600
+    )
+    assert [(r.batch_size, r.reason) for r in alone.rows] == [(8, "ok"), (16, "time")]
+    assert alone.noise_scale is None and "nothing to bound" in alone.noise_scale_note
 
 
 def test_the_probes_data_skip_tf_datas_default_rewrites():

@@ -89,12 +89,16 @@ def _warmup_plan(search, knee: int, warmup: int | None) -> tuple[int, int, float
 def reserve(search, batch: int, limit: float) -> float:
     """Seconds to keep for the noise scale should `batch` be the largest and the knee.
 
-    The estimate's predicted cost, plus its warm-up's up to `NOISE_SHARE` of `limit`.
+    The estimate's predicted cost, plus its warm-up's up to `NOISE_SHARE` of `limit` —
+    the warm-up's only once a candidate above the first has run: until then the noise
+    scale has no increase to bound, and the next candidate comes first.
     """
     per_device = max(1, batch // search.strategy.num_replicas_in_sync)
     if min(per_device, search.examples or per_device) < 2:
         return 0.0
     _, _, seconds = plan(search.rows, search.steps, search.examples, per_device, batch)
+    if sum(1 for r in search.rows if r.fits) < 2:
+        return seconds
     _, warmup, warm_rate = _warmup_plan(search, batch, search.noise_warmup)  # batch: the knee
     warm_seconds = warmup / warm_rate if warm_rate else 0.0
     if search.noise_warmup is None:  # the warm-up shrinks to what is left

@@ -430,10 +430,17 @@ def find_batch_size(
         search.last_model = None
     bounds = []  # (the largest batch it allows, its name)
     step = None
-    if noise_scale:
+    if noise_scale and knee_batch <= min(r.batch_size for r in rows if r.fits):
+        # The noise scale only stops an increase, and there is none: not measured.
+        step = noise_probe.NoiseStep(
+            None, 0, 0.0, "not measured: no batch above the first was faster (nothing to bound)"
+        )
+        search.last_model = None
+    elif noise_scale:
         step = noise_probe.measure(
             search, search.time_limit, max_batch_size, knee_batch, noise_warmup
         )
+    if step is not None:
         limits["noise scale"] = step.b_simple
         if step.b_simple is not None:
             bounds.append((step.b_simple, "noise scale"))
