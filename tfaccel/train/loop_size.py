@@ -11,8 +11,8 @@ overhead under `OVERHEAD_TARGET` (2 %) of a call; the chosen n is the smallest w
 is below the one-step calls' jitter, as with long steps, the jitter counts). The margin is
 measured: on the MLP of `benchmarks/trainer_vs_fit.py` the probe read 3.0 ms per call,
 while calls of 10–100 steps paid 4–5 ms, so aiming at 2 % landed at 0.96 of the best n.
-The cap: a call lasts at most `CALLBACK_INTERVAL_S` (batch callbacks stay timely). `FitLoop` then
-clips every call to the epoch's end and to checkpoint boundaries. Which steps run in
+The cap: a call lasts at most `CALLBACK_INTERVAL_S` (batch callbacks stay timely).
+`FitLoop` then clips every call to the epoch's end and to checkpoint boundaries. Which steps run in
 which call never changes the numbers: a loop runs the same steps one after another.
 """
 

@@ -189,7 +189,12 @@ class _Search:
             if cost + reserve > left:
                 return
         for row in pair:
-            again = self.time_steps(row.batch_size)
+            try:
+                again = self.time_steps(row.batch_size)
+            except Exception as error:  # noqa: BLE001 - only out-of-memory is caught
+                if not is_out_of_memory(error):
+                    raise
+                return  # the first reading stands (a probe that fit once may not again)
             if again is None:
                 continue
             mean = (row.examples_per_second + again) / 2
@@ -317,9 +322,9 @@ def find_batch_size(
         noise_warmup: examples to train the model on (at the throughput knee, the
             optimizer as given) before estimating the noise scale, which grows as the
             loss falls. None: one pass over the data (at most 50,000 examples), or what
-            the time limit leaves; 0: at
-            the probes' model's weights (`steps` + 1 steps a candidate from the initial
-            weights).
+            the time limit leaves; 0: at the probes' model's weights (`steps` + 1 steps a
+            candidate from the initial weights). Not measured when no batch above the
+            first was faster: it only stops an increase.
         min_steps_per_epoch: `best_batch_size` leaves at least this many optimizer steps
             per epoch when the data's examples are known (a batch of the whole data
             trains one step an epoch, however fast); 1 turns the rule off.
