@@ -4,8 +4,8 @@ Used by `batch_size.py`. Each job trains twice from the same seed for the same e
 at its default batch and learning rate, and at the batch tfaccel chooses, with the rate
 scaled by the optimizer's rule (Adam: square root): `tuning.before_probing` when the data
 alone decides (nothing probed), else `find_batch_size` from the default batch upwards
-(noise scale on, bounded by the job's size) and `tuning.recommend`. Held-out accuracy is measured
-`EVALS_PER_EPOCH` times an epoch with the clock paused, so the training seconds
+(noise scale on, bounded by the job's size) and `tuning.recommend`. Held-out accuracy is
+measured `EVALS_PER_EPOCH` times an epoch with the clock paused, so the training seconds
 exclude it. A job whose probe says it is too small to pay is left at its batch: its
 tuned run is its default run, and the probe's seconds are its whole cost.
 """

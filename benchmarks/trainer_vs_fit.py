@@ -193,8 +193,8 @@ def steps_per_loop_part(quick: bool, rounds: int | None = None, pairs: int | Non
         build, data, batch, _ = workload()
         runs, auto = loop_size_contenders(build)
         screen = measure(runs, data, steps, rounds)
-        rates = {n: statistics.median(t) for n, t in screen.items() if n != "n=auto"}
-        best = min(rates, key=rates.get)
+        seconds = {n: statistics.median(t) for n, t in screen.items() if n != "n=auto"}
+        best = min(seconds, key=seconds.get)  # the fastest fixed n of the screen
         verdict = measure({k: runs[k] for k in (best, "n=auto")}, data, steps, pairs, False)
         part[name] = summarise_loop_size(screen, verdict, batch * steps, auto)
         part[name]["steps_per_call"] = steps
