@@ -16,11 +16,15 @@ SCE = "sparse_categorical_crossentropy"
 
 
 class StepClock:
-    """A fake clock: every read advances by the current probe's batch over its rate."""
+    """A fake clock: every read advances by the current probe's batch over its rate.
 
-    def __init__(self, rates: dict, steps: int):
+    `rates`: {batch: examples/s}, or [(batch, examples/s), ...] for probes in that order
+    (a batch timed twice appears twice); each probe reads the clock `steps` + 1 times.
+    """
+
+    def __init__(self, rates, steps: int):
         self.ticks = []
-        for batch, rate in rates.items():
+        for batch, rate in rates.items() if isinstance(rates, dict) else rates:
             self.ticks += [batch / rate] * (steps + 1)
         self.now, self.calls = 0.0, 0
 
@@ -311,19 +315,6 @@ def test_the_next_rate_follows_the_growth_measured_so_far():
     assert budget.fastest_after(fell, 128) == pytest.approx(6_000.0)
 
 
-class SequenceClock:
-    """A fake clock for probes in the order given: [(batch, examples/s), ...], 3 reads each."""
-
-    def __init__(self, readings: list, steps: int = 2):
-        self.ticks = [b / rate for b, rate in readings for _ in range(steps + 1)]
-        self.now, self.calls = 0.0, 0
-
-    def __call__(self):
-        self.now += self.ticks[self.calls]
-        self.calls += 1
-        return self.now
-
-
 def test_one_fast_reading_does_not_choose_the_batch():
     x = np.random.default_rng(0).random((256, 8)).astype("float32")
     y = (x.sum(axis=1) > 4).astype("int32")
@@ -332,7 +323,7 @@ def test_one_fast_reading_does_not_choose_the_batch():
         return keras.Sequential([keras.Input((8,)), keras.layers.Dense(2, activation="softmax")])
 
     def search(readings, confirm=True):
-        clock = SequenceClock(readings)
+        clock = StepClock(readings, steps=2)
         report = tuning.find_batch_size(
             build,
             (x, y),
