@@ -9,7 +9,7 @@ import pytest
 import tensorflow as tf
 
 from tfaccel import tuning
-from tfaccel.tuning import budget, inputs, noise_probe
+from tfaccel.tuning import budget, inputs, noise_probe, time_to_accuracy
 from tfaccel.tuning.report import BatchSizeReport, ProbeRow
 
 SCE = "sparse_categorical_crossentropy"
@@ -76,6 +76,53 @@ def test_the_noise_scale_decides_when_it_is_the_smallest_limit():
     table = report.table()
     assert "noise scale B_simple ≈" in table and "decided by the noise scale" in table
     assert "memory ≤ 128" in table and "throughput knee ≤ 128" in table
+
+
+def rows_at(rates: dict) -> list[ProbeRow]:
+    return [ProbeRow(b, True, rate, 1.0, "ok") for b, rate in rates.items()]
+
+
+def test_time_to_accuracy_weighs_examples_per_second_against_the_examples_needed():
+    # (1 + B / B_simple) / (examples/s), by hand: 32 → 1.1328 / 3057, 128 → 1.5311 / 3934.
+    assert time_to_accuracy.relative_time(32, 3057.0, 241.0) == pytest.approx(1.1328 / 3057, 1e-4)
+    assert time_to_accuracy.relative_time(64, 2.0, math.inf) == 0.5  # unbounded: 1 / rate
+    # The benchmark's small CNN: 1.29x the examples/s at 128 buys less than the 1.35x
+    # examples it needs, so 32 reaches a loss soonest; the MLP's 1.43x at 64 pays.
+    cnn = rows_at({32: 3057.0, 64: 3354.0, 128: 3934.0})
+    assert time_to_accuracy.soonest_batch(cnn, 128, 241.0, 0.05) == 32
+    mlp = rows_at({32: 6131.0, 64: 8779.0})
+    assert time_to_accuracy.soonest_batch(mlp, 64, 107.0, 0.05) == 64
+    # Without a noise bound it is the throughput knee among the batches allowed.
+    assert time_to_accuracy.soonest_batch(cnn, 128, math.inf, 0.05) == 128
+    # An untimed bound (48) gets the rate between 32 and 64 (log-log): 3057 · (3354/3057)^0.585.
+    assert time_to_accuracy._interpolated(
+        {32: 3057.0, 64: 3354.0}, 48
+    ) == pytest.approx(3057 * (3354 / 3057) ** (math.log(1.5) / math.log(2)))
+    assert time_to_accuracy.soonest_batch(cnn, 48, 1e9, 0.0) == 48  # faster than 32
+    with pytest.raises(ValueError, match="b_simple must be > 0"):
+        time_to_accuracy.soonest_batch(cnn, 128, 0.0, 0.05)
+
+
+def test_time_to_accuracy_decides_when_examples_per_second_grow_too_slowly():
+    build, data, _ = linear_problem(noise=4.7)  # B_simple ≈ 40 at these weights
+    # The knee is 32 (within 5 % of 206/s) and B_simple allows ~40, but 32 needs
+    # 1 + 32/40 = 1.8x the examples for 1.11x 16's examples/s: 16 reaches a loss sooner.
+    rates = {8: 100.0, 16: 180.0, 32: 200.0, 64: 205.0, 128: 206.0}
+    report = tuning.find_batch_size(
+        build, data, loss="mse", start=8, limit=128, mode="power", steps=2,
+        optimizer=lambda: keras.optimizers.SGD(0.0), noise_warmup=0,
+        clock=StepClock(rates, steps=2), confirm=False,
+    )  # fmt: skip
+    assert report.limits["throughput knee"] == 32 and report.noise_scale > 32
+    assert report.best_batch_size == 16 and report.decided_by == "time to accuracy"
+    assert report.limits["time to accuracy"] == 16
+    assert "time to accuracy ≤ 16" in report.table()
+    choice = tuning.recommend(report, batch_size=8, learning_rate=1e-3, optimizer="adam")
+    assert (choice.batch_size, choice.kept) == (16, False)
+    assert "decided by the time to accuracy" in choice.reason
+    # From the user's batch of 16 no larger batch pays: kept, and the reason says why.
+    kept = tuning.recommend(report, batch_size=16, learning_rate=1e-3, optimizer="adam")
+    assert kept.kept and "time to accuracy allows 16" in kept.reason
 
 
 def test_memory_decides_when_examples_per_second_still_grow_at_the_largest_fit():
@@ -226,9 +273,11 @@ def test_a_candidate_is_not_started_when_it_would_eat_the_reserve():
 def test_the_limit_is_taken_as_it_will_stand_once_a_faster_batch_is_timed():
     clock = FakeClock()
     rows = [ProbeRow(8, True, 800.0, 1.0, "ok", seconds=0.5)]
-    # 10 % of 80,000 examples at 800/s: 10 s now; at batch 32 up to 3,200/s: 2.5 s.
+    # 7.5 % (aimed under the 10 % promised) of 80,000 examples at 800/s: 7.5 s now; at
+    # batch 32 up to 3,200/s: 1.9 s.
+    assert budget.PROBE_AIM == pytest.approx(0.075) and budget.PROBE_SHARE == 0.1
     limit = budget.TimeLimit(0.0, None, 80_000, clock=clock)
-    assert limit.seconds(rows) == pytest.approx(10.0)
+    assert limit.seconds(rows) == pytest.approx(7.5)
     clock.now = 2.0
     assert not limit.spent(rows, 8, steps=2)
     assert limit.spent(rows, 32, steps=2)

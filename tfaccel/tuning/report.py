@@ -65,7 +65,8 @@ class BatchSizeReport:
     Attributes:
         max_batch_size: the largest global batch that ran.
         best_batch_size: the smallest of `limits`: the throughput knee (the smallest batch
-            within `knee` of the highest examples/s), the noise scale, the steps per epoch.
+            within `knee` of the highest examples/s), the noise scale, the steps per
+            epoch, the time to accuracy.
         rows: one `ProbeRow` per candidate, in the order they were tried.
         mode: "power" or "binsearch".
         knee: the tolerance used for `best_batch_size`.
@@ -84,11 +85,13 @@ class BatchSizeReport:
             `noise_scale_note`).
         noise_scale_note: how it was measured (the warm-up), or why it was not.
         limits: the largest batch each limit allows: "memory" (the largest that ran),
-            "throughput knee", "noise scale" (B_simple) and "steps per epoch" (the
-            examples over `min_steps_per_epoch`), those that were measured.
+            "throughput knee", "noise scale" (B_simple), "steps per epoch" (the
+            examples over `min_steps_per_epoch`) and "time to accuracy" (within the
+            others, the batch predicted to reach a loss soonest from B_simple and the
+            examples/s), those that were measured.
         decided_by: which of them set `best_batch_size` (the smallest): "throughput
             knee", "memory" (examples/s still grew at the largest batch that fits),
-            "noise scale" or "steps per epoch".
+            "noise scale", "steps per epoch" or "time to accuracy".
         accumulate_steps: for it, the fewest batches to accumulate per applied step so
             that each one fits: pass `Trainer(accumulate_steps=...)` with a global batch of
             `effective_batch_size // accumulate_steps` (None without an effective batch).

@@ -21,7 +21,7 @@ import keras
 import tensorflow as tf
 
 from tfaccel.callbacks._steps import wait_for
-from tfaccel.tuning import inputs, noise_probe
+from tfaccel.tuning import inputs, noise_probe, time_to_accuracy
 from tfaccel.tuning.budget import TimeLimit
 from tfaccel.tuning.memory import MemoryMeter, predict_mb
 from tfaccel.tuning.oom import (
@@ -102,7 +102,7 @@ class _Search:
         self.noise_asked, self.noise_warmup = False, None  # set by find_batch_size
         self.min_steps_per_epoch: int | None = None  # set by find_batch_size: caps candidates
         # One model for every candidate while they fit (built again after a failure): a
-        # candidate costs its steps and, for the first two shapes, a trace — not a build.
+        # candidate costs its trace and steps, not a build.
         # The noise scale continues from it.
         self.last_model: keras.Model | None = None
 
@@ -157,6 +157,10 @@ class _Search:
             .prefetch(tf.data.AUTOTUNE)
         )
         timer = _ProbeTimer(self.clock, self.meter)
+        # Traced again for this batch: past two shapes Keras would reuse one trace with
+        # an unknown batch dimension, measured 30-40 % slower than the fixed-shape trace
+        # training gets (a ResNet at batch 256 on a CPU).
+        self.last_model.make_train_function(force=True)
         self.last_model.fit(
             data,
             epochs=1,
@@ -267,13 +271,13 @@ def find_batch_size(
     clock: Callable[[], float] = time.perf_counter,
 ) -> BatchSizeReport:
     """Finds the best global batch: the largest that fits, at or below the throughput knee
-    and the gradient noise scale, leaving `min_steps_per_epoch` steps an epoch.
+    and the gradient noise scale, leaving `min_steps_per_epoch` steps an epoch — and,
+    within those, the one predicted to reach a given loss soonest (`time_to_accuracy`).
 
     The candidates share one model from `build_model` (built again, after releasing
     memory, only when a candidate fails), each running one warm-up step and `steps`
-    timed training steps on `data` batched to the candidate: after the first two
-    shapes Keras' train function is traced once for any batch, so a later candidate
-    costs its steps alone. Memory is measured on a GPU as the allocator's peak (the
+    timed training steps on `data` batched to the candidate, its train function traced
+    for that batch as training will trace it (no build, compile or weights again). Memory is measured on a GPU as the allocator's peak (the
     weights included), on a CPU as the growth over the search's start.
 
     Candidates: `start`, 2×`start`, 4×`start`, ... until one fails; "binsearch" then
@@ -314,7 +318,9 @@ def find_batch_size(
             `Trainer(accumulate_steps=...)`) so that each fits.
         noise_scale: estimate the gradient noise scale B_simple (`gradient_noise_scale`,
             after a warm-up: see `noise_warmup`) and keep `best_batch_size` at or below
-            it: past B_simple a larger batch spends examples without saving steps. On by
+            it: past B_simple a larger batch spends examples without saving steps. Within
+            the limits, the batch is then the smallest whose predicted time to a loss,
+            (1 + B / B_simple) / examples/s, is within `knee` of the least. On by
             default; it continues from the last probe's model. Under a time limit its
             predicted cost is reserved: no candidate is started that would eat into it.
             It is skipped (the report's `noise_scale_note` says so) when its cost does
@@ -331,9 +337,11 @@ def find_batch_size(
         budget_s: wall seconds the search may take; once spent, no new candidate is
             started (the report's `capped_by` is "time"). At least one candidate runs.
         job_examples: the size of the training job being tuned (epochs × examples per
-            epoch); the search then also stops once it has spent `budget.PROBE_SHARE`
-            (10 %) of that job's time at the fastest rate measured so far. A candidate
-            whose predicted cost would pass the limit is not started.
+            epoch); the search then also stops once it has spent `budget.PROBE_AIM`
+            (7.5 %) of that job's time at the fastest rate measured so far, to keep
+            within `budget.PROBE_SHARE` (10 %) of the job as trained (a probe's
+            examples/s reads low). A candidate whose predicted cost would pass the limit
+            is not started.
         confirm: time the knee and the first candidate once more before choosing (each
             row's examples/s becomes the mean of its two readings), within the time limit.
         clock: the timing source for the timed steps (seconds; inject a fake one in tests).
@@ -462,6 +470,13 @@ def find_batch_size(
         allowed = max(within[-1], rounded if rounded >= fitting[0] else 0)
         if allowed < best:
             best, decided_by = allowed, name
+    if step is not None and step.b_simple is not None and step.b_simple > 0:
+        # Within the bounds, the batch reaching a loss soonest: a larger one must gain
+        # more examples/s than the extra examples it needs (time_to_accuracy).
+        soonest = time_to_accuracy.soonest_batch(rows, best, step.b_simple, knee)
+        limits["time to accuracy"] = soonest
+        if soonest < best:
+            best, decided_by = soonest, "time to accuracy"
     return BatchSizeReport(
         max_batch_size=max_batch_size,
         best_batch_size=best,
