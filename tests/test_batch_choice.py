@@ -95,9 +95,9 @@ def test_time_to_accuracy_weighs_examples_per_second_against_the_examples_needed
     # Without a noise bound it is the throughput knee among the batches allowed.
     assert time_to_accuracy.soonest_batch(cnn, 128, math.inf, 0.05) == 128
     # An untimed bound (48) gets the rate between 32 and 64 (log-log): 3057 · (3354/3057)^0.585.
-    assert time_to_accuracy._interpolated(
-        {32: 3057.0, 64: 3354.0}, 48
-    ) == pytest.approx(3057 * (3354 / 3057) ** (math.log(1.5) / math.log(2)))
+    assert time_to_accuracy._interpolated({32: 3057.0, 64: 3354.0}, 48) == pytest.approx(
+        3057 * (3354 / 3057) ** (math.log(1.5) / math.log(2))
+    )
     assert time_to_accuracy.soonest_batch(cnn, 48, 1e9, 0.0) == 48  # faster than 32
     with pytest.raises(ValueError, match="b_simple must be > 0"):
         time_to_accuracy.soonest_batch(cnn, 128, 0.0, 0.05)

@@ -277,8 +277,9 @@ def find_batch_size(
     The candidates share one model from `build_model` (built again, after releasing
     memory, only when a candidate fails), each running one warm-up step and `steps`
     timed training steps on `data` batched to the candidate, its train function traced
-    for that batch as training will trace it (no build, compile or weights again). Memory is measured on a GPU as the allocator's peak (the
-    weights included), on a CPU as the growth over the search's start.
+    for that batch as training will trace it (no build, compile or weights again).
+    Memory is measured on a GPU as the allocator's peak (the weights included), on a
+    CPU as the growth over the search's start.
 
     Candidates: `start`, 2×`start`, 4×`start`, ... until one fails; "binsearch" then
     bisects between the last fit and the first failure on multiples of `granularity`.
