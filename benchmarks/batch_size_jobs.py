@@ -7,7 +7,9 @@ alone decides (nothing probed), else `find_batch_size` from the default batch up
 (noise scale on, bounded by the job's size) and `tuning.recommend`. Held-out accuracy is
 measured `EVALS_PER_EPOCH` times an epoch with the clock paused, so the training seconds
 exclude it. A job whose probe says it is too small to pay is left at its batch: its
-tuned run is its default run, and the probe's seconds are its whole cost.
+tuned run is its default run, and the probe's seconds are its whole cost. A job kept at
+its batch although a larger one ran faster (the time to accuracy decided) is also
+trained at that throughput knee, to check that keeping it was right.
 """
 
 from __future__ import annotations
@@ -222,6 +224,21 @@ def run_job(job: dict) -> dict:
     tuned_kind = "no probe: the data decides" if report is None else "probed"
     target = default["final_accuracy"]
     default_time, tuned_time = time_to(default["curve"], target), time_to(tuned["curve"], target)
+    knee_run = None
+    knee = None if report is None else report.limits.get("throughput knee")
+    if choice.kept and knee and knee > job["batch_size"]:
+        # Kept against the knee's examples/s: was that right? Train at the knee too.
+        rate = tfaccel.tuning.scaled_learning_rate(
+            knee,
+            base_batch_size=job["batch_size"],
+            base_learning_rate=job["learning_rate"],
+            lr_scaling="sqrt",
+        )
+        knee_run = train(job, knee, rate)
+        knee_time = time_to(knee_run["curve"], target)
+        knee_run["time_to_default_accuracy_ratio"] = (
+            None if knee_time is None else knee_time / default_time
+        )
     result = {
         "model": job["model"],
         "examples": examples,
@@ -236,6 +253,7 @@ def run_job(job: dict) -> dict:
         "probe_seconds": probe_seconds,
         "default": default,
         "tuned": tuned,
+        "knee_alone": knee_run,
         "accuracy_tuned_minus_default": tuned["final_accuracy"] - target,
         "time_to_default_accuracy_ratio": (
             None if tuned_time is None else tuned_time / default_time
@@ -247,6 +265,11 @@ def run_job(job: dict) -> dict:
         "tuned accuracy >= default - 0.01": result["accuracy_tuned_minus_default"] >= -0.01,
         "probe <= 10 % of the tuned training": result["probe_over_tuned_training"] <= 0.10,
     }
+    if knee_run is not None:
+        ratio = knee_run["time_to_default_accuracy_ratio"]
+        result["targets"]["kept its batch: the knee's reaches the accuracy no sooner"] = (
+            ratio is None or ratio >= 1.0
+        )
     return result
 
 
@@ -259,12 +282,16 @@ def plot(jobs: dict, path: pathlib.Path) -> None:
     FigureCanvasAgg(figure)
     for index, (name, job) in enumerate(jobs.items(), start=1):
         axes = figure.add_subplot(1, len(jobs), index)
-        for key, style in (("default", "o-"), ("tuned", "s--")):
-            run = job[key]
+        for key, style in (("default", "o-"), ("tuned", "s--"), ("knee_alone", "^:")):
+            run = job.get(key)
+            if run is None:
+                continue
             seconds, accuracy = zip(*run["curve"], strict=True)
             label = f"{key}: batch {run['batch_size']}, lr {run['learning_rate']:.2g}"
             if key == "tuned" and job["left_at_its_batch"]:
                 label = "tuned: left at its batch"
+            if key == "knee_alone":
+                label = f"throughput knee alone: batch {run['batch_size']} (not chosen)"
             axes.plot(seconds, accuracy, style, markersize=3, label=label)
         axes.axhline(job["default"]["final_accuracy"], color="grey", linestyle=":", linewidth=1)
         ratio = job["time_to_default_accuracy_ratio"]

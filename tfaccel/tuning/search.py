@@ -102,7 +102,7 @@ class _Search:
         self.noise_asked, self.noise_warmup = False, None  # set by find_batch_size
         self.min_steps_per_epoch: int | None = None  # set by find_batch_size: caps candidates
         # One model for every candidate while they fit (built again after a failure): a
-        # candidate costs its trace and steps, not a build.
+        # candidate costs its steps and, for the first two shapes, a trace — not a build.
         # The noise scale continues from it.
         self.last_model: keras.Model | None = None
 
@@ -157,10 +157,6 @@ class _Search:
             .prefetch(tf.data.AUTOTUNE)
         )
         timer = _ProbeTimer(self.clock, self.meter)
-        # Traced again for this batch: past two shapes Keras would reuse one trace with
-        # an unknown batch dimension, measured 30-40 % slower than the fixed-shape trace
-        # training gets (a ResNet at batch 256 on a CPU).
-        self.last_model.make_train_function(force=True)
         self.last_model.fit(
             data,
             epochs=1,
@@ -276,10 +272,12 @@ def find_batch_size(
 
     The candidates share one model from `build_model` (built again, after releasing
     memory, only when a candidate fails), each running one warm-up step and `steps`
-    timed training steps on `data` batched to the candidate, its train function traced
-    for that batch as training will trace it (no build, compile or weights again).
-    Memory is measured on a GPU as the allocator's peak (the weights included), on a
-    CPU as the growth over the search's start.
+    timed training steps on `data` batched to the candidate: after the first two
+    shapes Keras' train function is traced once for any batch (on a CPU, a ResNet's
+    steps at batch 256 ran as fast in that trace as in one for the fixed shape), so a
+    later candidate costs its steps alone. Memory is measured on a GPU as the
+    allocator's peak (the weights included), on a CPU as the growth over the search's
+    start.
 
     Candidates: `start`, 2×`start`, 4×`start`, ... until one fails; "binsearch" then
     bisects between the last fit and the first failure on multiples of `granularity`.
