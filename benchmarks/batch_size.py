@@ -211,9 +211,9 @@ def run_jobs(results: dict, names: list[str], quick: bool) -> None:
         jobs[job["name"]]["ran_at"] = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
         tfaccel.tuning.release_memory()
     for name, job in jobs.items():
-        ratio, limit = job["time_to_default_accuracy_ratio"], 1.1 if name == "digits" else 1.0
         if job.get("knee_alone") is not None:
             continue  # kept its batch: its target is that the knee's was no sooner
+        ratio, limit = job["time_to_default_accuracy_ratio"], 1.1 if name == "digits" else 1.0
         key = f"{name}: time to accuracy {'<=' if name == 'digits' else '<'} {limit}"
         job["targets"][key] = ratio is not None and (
             ratio <= limit if name == "digits" else ratio < limit

@@ -232,7 +232,7 @@ def run_job(job: dict) -> dict:
             knee,
             base_batch_size=job["batch_size"],
             base_learning_rate=job["learning_rate"],
-            lr_scaling="sqrt",
+            lr_scaling=choice.rule,  # the tuned run's rule (Adam: square root)
         )
         knee_run = train(job, knee, rate)
         knee_time = time_to(knee_run["curve"], target)

@@ -49,11 +49,11 @@ def recommend(
     that leaves enough. Otherwise the user's batch and rate are kept when the search's
     time ran out before it timed any batch above `batch_size` (the job is too small
     for a probe to pay for itself), or when the report's best batch is no larger: the
-    knee and the noise scale (measured early in training, when it is smallest) stop
-    an increase but do not lower the user's batch. Otherwise the best batch (rounded
-    down to a multiple of `replicas`), with `learning_rate` scaled from `batch_size` by
-    the optimizer's rule (`rule_for`: linear for SGD, with a warm-up; square root for
-    Adam and other adaptive optimizers).
+    knee, the noise scale (measured early in training, when it is smallest) and the
+    time to accuracy stop an increase but do not lower the user's batch. Otherwise the
+    best batch (rounded down to a multiple of `replicas`), with `learning_rate` scaled
+    from `batch_size` by the optimizer's rule (`rule_for`: linear for SGD, with a
+    warm-up; square root for Adam and other adaptive optimizers).
 
     Raises:
         ValueError: a batch size < 1, a rate <= 0, or an unknown `lr_scaling`.
