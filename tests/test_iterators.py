@@ -21,11 +21,20 @@ class _Tracked:
         _Tracked.freed_on.append(threading.current_thread().name)
 
 
-def _wait_until(condition, timeout_s=5.0) -> bool:
-    deadline = time.monotonic() + timeout_s
-    while not condition() and time.monotonic() < deadline:
-        time.sleep(0.02)
-    return condition()
+class _Blocking:
+    """Its deletion waits for `release`, as an autotuned tf.data iterator's may."""
+
+    def __init__(self, release: threading.Event):
+        self.release = release
+
+    def __del__(self):
+        self.release.wait()
+
+
+def _wait_until(condition) -> bool:
+    # Waits on the effect: re-checked each time the reaper frees something (one
+    # tf.data deletion may wait up to its autotuner's 60 s period).
+    return iterators.wait_for(condition, timeout_s=180)
 
 
 def test_an_adopted_object_is_freed_off_the_callers_thread_once_unused():
@@ -38,6 +47,22 @@ def test_an_adopted_object_is_freed_off_the_callers_thread_once_unused():
     del kept
     assert _wait_until(lambda: _Tracked.freed_on)
     assert _Tracked.freed_on == ["tfaccel-iterator-reaper"]
+
+
+def test_a_slow_deletion_does_not_hold_up_the_next_one():
+    _Tracked.freed_on.clear()
+    release = threading.Event()
+    slow = iterators.adopt(_Blocking(release))
+    alive = weakref.ref(slow)
+    del slow
+    quick = iterators.adopt(_Tracked())
+    del quick
+    try:
+        assert _wait_until(lambda: _Tracked.freed_on)  # not behind the blocked one
+        assert alive() is not None and iterators.pending() >= 1  # that one still freeing
+    finally:
+        release.set()
+    assert _wait_until(lambda: alive() is None)
 
 
 def test_a_tf_data_iterator_keeps_working_and_is_freed():
@@ -68,11 +93,22 @@ def test_the_trainer_frees_its_iterators():
         optimizer=lambda: keras.optimizers.SGD(0.1),
         loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
     )
-    before = iterators.pending()  # other tests' trainers may still hold theirs
-    for _ in range(3):
-        trainer.fit(data, epochs=1, steps_per_epoch=4, verbose=0, validation_data=data.take(2))
-    trainer.evaluate(data.take(2))
-    assert _wait_until(lambda: iterators.pending() <= before)
+    adopted = []
+    adopt = iterators.adopt
+
+    def recording(iterator):
+        adopted.append(weakref.ref(iterator))
+        return adopt(iterator)
+
+    iterators.adopt = recording  # counts this test's iterators only
+    try:
+        for _ in range(3):
+            trainer.fit(data, epochs=1, steps_per_epoch=4, verbose=0, validation_data=data.take(2))
+        trainer.evaluate(data.take(2))
+    finally:
+        iterators.adopt = adopt
+    assert len(adopted) == 7  # 3 training, 3 validation, 1 evaluation
+    assert _wait_until(lambda: all(ref() is None for ref in adopted))
 
 
 def test_a_process_exits_cleanly_with_an_iterator_being_freed():
