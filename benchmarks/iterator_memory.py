@@ -38,7 +38,11 @@ def rss_mb() -> float:
 def make_trainer() -> tfaccel.Trainer:
     return tfaccel.Trainer(
         lambda: keras.Sequential(
-            [keras.Input((256,)), keras.layers.Dense(128, activation="relu"), keras.layers.Dense(10)]
+            [
+                keras.Input((256,)),
+                keras.layers.Dense(128, activation="relu"),
+                keras.layers.Dense(10),
+            ]
         ),
         optimizer=lambda: keras.optimizers.Adam(1e-3),
         loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
