@@ -156,10 +156,30 @@ def test_deep_measures_xla_and_leaves_the_state_as_it_was():
     speedup = report.measured.xla_speedup
     assert speedup is not None and speedup > 0
     assert f"XLA (deep=True): the forward and backward passes ran {speedup:.2f}x" in str(report)
-    jit = [f for f in report.fixes if "jit_compile" in f.action]
-    assert bool(jit) == (speedup >= rules.MIN_GAIN)  # listed only where it measured a gain
+    jit = [i for i, f in enumerate(report.fixes, 1) if "jit_compile" in f.action]
+    assert bool(jit) == (speedup >= rules.MIN_GAIN)  # listed exactly where it measured a gain
+    assert (f"(fix {jit[0]})" if jit else "threshold: not listed") in str(report)
     with pytest.raises(ValueError, match="deep"):
         tfaccel.doctor.diagnose(trainer, data, deep="yes")
+
+
+@pytest.mark.parametrize("stage", ["host", "input", "compute"])
+def test_a_measured_gain_over_the_threshold_is_listed_whatever_the_verdict(stage):
+    # Fake timings: the passes 1.24x faster under XLA, the job limited by `stage`, where
+    # compute is so small a share of the step that the predicted whole-step gain is ~1.
+    timings = {
+        "host": dict(step_s=0.001, call_overhead_s=0.5, steps_per_loop=1),
+        "input": dict(step_s=0.001, input_s=0.5),
+        "compute": dict(step_s=0.5),
+    }[stage]
+    m = measured(xla_speedup=1.24, **timings)
+    assert rules.verdict(m) == stage
+    jit = [f for f in rules.fixes(m) if "jit_compile" in f.action]
+    assert len(jit) == 1 and jit[0].measured == 1.24
+    assert rules.worth_listing(jit[0])
+    for below in (1.0, rules.MIN_GAIN - 0.001):
+        m = measured(xla_speedup=below, **timings)
+        assert not any("jit_compile" in f.action for f in rules.fixes(m))
 
 
 def test_a_measured_xla_gain_becomes_the_first_compute_fix():

@@ -138,13 +138,20 @@ class Report:
 
     def _compute_line(self) -> str:
         m = self.measured
-        xla = (
-            ""
-            if m.xla_speedup is None
-            else f" XLA (deep=True): the forward and backward passes ran {m.xla_speedup:.2f}x "
-            "as fast with jit_compile=True."
+        if m.xla_speedup is None:
+            return self._precision_line()
+        listed = [i for i, f in enumerate(self.fixes, 1) if "jit_compile" in f.action]
+        where = (
+            f"fix {listed[0]}"
+            if listed
+            else "already on"
+            if m.jit_compile
+            else f"under the {rules.MIN_GAIN:.2f}x threshold: not listed"
         )
-        return self._precision_line() + xla
+        return (
+            f"{self._precision_line()} XLA (deep=True): the forward and backward passes ran "
+            f"{m.xla_speedup:.2f}x as fast with jit_compile=True ({where})."
+        )
 
     def _precision_line(self) -> str:
         m = self.measured

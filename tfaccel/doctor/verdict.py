@@ -36,7 +36,7 @@ MEMORY_FULL = 0.9  # peak / capacity from which memory is the verdict
 NEAR_PEAK = 0.5  # compute at this share of the matmul peak or more: nothing to gain
 COMMUNICATION_TARGET = 0.10  # accumulate until the all-reduce is under this share of a step
 MAX_ACCUMULATE = 16
-MIN_GAIN = 1.05  # fixes predicted to gain less are not listed
+MIN_GAIN = 1.05  # fixes predicted (or measured) to gain less are not listed
 STAGES = ("input", "compute", "communication", "host")
 
 
@@ -81,6 +81,7 @@ class Fix:
     why: str
     software: bool = True  # False: the "nothing to gain here" answer
     condition: str | None = None  # when it applies (ranked after unconditional fixes)
+    measured: float | None = None  # the speed-up measured of the part it changes, if any
 
     def line(self) -> str:
         gain = "" if self.gain is None else f" (predicted {self.gain:.2f}x)"
@@ -135,6 +136,17 @@ def compute_fraction_of_peak(m: Measured) -> float | None:
     return m.flops_per_example * m.batch / parts(m)["compute"] / m.matmul_peak
 
 
+def worth_listing(fix: Fix) -> bool:
+    """The one rule for listing a fix outside the verdict's stage: its measured speed-up
+    where it has one, else its predicted gain, at least `MIN_GAIN`.
+
+    A measured speed-up of `MIN_GAIN` or more therefore always yields its fix, whatever
+    share of the step the part has (the predicted gain says how much of it reaches the step).
+    """
+    gain = fix.measured if fix.measured is not None else fix.gain
+    return gain is not None and gain >= MIN_GAIN
+
+
 def fixes(m: Measured) -> list[Fix]:
     """Fixes for the verdict's stage first (in order of predicted gain), then others."""
     found = {
@@ -146,8 +158,8 @@ def fixes(m: Measured) -> list[Fix]:
     }
     first = verdict(m)
     ranked = sorted(found.pop(first), key=lambda f: (f.condition is not None, -(f.gain or 0.0)))
-    others = [f for fs in found.values() for f in fs if f.gain is not None and f.gain >= MIN_GAIN]
-    return ranked + sorted(others, key=lambda f: -f.gain)
+    others = [f for fs in found.values() for f in fs if worth_listing(f)]
+    return ranked + sorted(others, key=lambda f: -(f.gain or 0.0))
 
 
 def prefetched(m: Measured) -> bool:
@@ -287,18 +299,18 @@ def _communication_fixes(m: Measured) -> list[Fix]:
 
 def _xla_fix(m: Measured) -> list[Fix]:
     """XLA where `deep=True` measured it faster: the compute part ÷ the measured speed-up."""
-    if m.xla_speedup is None or m.jit_compile or m.xla_speedup < MIN_GAIN:
+    if m.xla_speedup is None or m.jit_compile:
         return []
     compute = parts(m)["compute"]
-    return [
-        Fix(
-            "compute",
-            "Trainer(..., jit_compile=True) (XLA)" if m.trainer else "compile(jit_compile=True)",
-            _gain(m, t_step=cached_step_s(m) - compute + compute / m.xla_speedup),
-            f"measured (deep=True): the forward and backward passes ran {m.xla_speedup:.2f}x "
-            "as fast compiled with XLA",
-        )
-    ]
+    fix = Fix(
+        "compute",
+        "Trainer(..., jit_compile=True) (XLA)" if m.trainer else "compile(jit_compile=True)",
+        _gain(m, t_step=cached_step_s(m) - compute + compute / m.xla_speedup),
+        f"measured (deep=True): the forward and backward passes ran {m.xla_speedup:.2f}x "
+        "as fast compiled with XLA",
+        measured=m.xla_speedup,
+    )
+    return [fix] if worth_listing(fix) else []
 
 
 def _compute_fixes(m: Measured) -> list[Fix]:
