@@ -15,9 +15,8 @@ import time
 
 import tensorflow as tf
 
-from tfaccel.train import inputs
 from tfaccel.train.agreement import agree, is_multi_worker  # noqa: F401 - this module's API
-from tfaccel.train.steps import unpack
+from tfaccel.train.passes import GradientLoops, one_batch  # noqa: F401 - this module's API
 
 
 def train_calls(runner, iterator, steps: int, calls: int) -> tuple[list[float], list]:
@@ -51,71 +50,6 @@ def input_seconds(iterator, batches: int, calls: int) -> list[float]:
         _drain(iterator, tf.constant(batches, tf.int32)).numpy()
         times.append(time.perf_counter() - start)
     return times
-
-
-def one_batch(data):
-    """`data` reduced to its first batch, cached and repeated (same structure and type)."""
-
-    def first(dataset):
-        return dataset.take(1).cache().repeat()
-
-    if inputs.is_dataset_fn(data):
-
-        def fn(context):
-            return first(data(context))
-
-        fn.global_batch_size = getattr(data, "global_batch_size", None)
-        return fn
-    return first(data)
-
-
-class GradientLoops:
-    """Forward and backward passes only, with and without the gradient all-reduce.
-
-    The replica step computes the loss and the gradients of the model's trainable
-    variables exactly as a training step does (`PerExampleLoss`, mean over the global
-    batch); `with_all_reduce` then sums them over the replicas with the call the Keras
-    optimizer makes (`ReplicaContext.all_reduce("SUM", grads)`), `without` does not. No
-    optimizer runs: the difference between the two is the all-reduce's cost inside a step.
-    A training-mode forward pass still updates BatchNormalization's moving statistics:
-    the caller restores them.
-    """
-
-    def __init__(self, model, loss, strategy: tf.distribute.Strategy, jit_compile: bool = False):
-        self.model, self.loss, self.strategy = model, loss, strategy
-        # With jit_compile the replica's passes are one XLA cluster (`diagnose(deep=True)`).
-        self._replica_fn = tf.function(self._replica, jit_compile=True) if jit_compile else None
-        self.with_all_reduce = tf.function(lambda it, n: self._loop(it, n, True))
-        self.without = tf.function(lambda it, n: self._loop(it, n, False))
-
-    def _replica(self, data, reduce: bool):
-        x, y, sample_weight = unpack(data)
-        variables = self.model.trainable_variables
-        with tf.GradientTape() as tape:
-            per_example = self.loss(y, self.model(x, training=True), sample_weight)
-            loss = tf.nn.compute_average_loss(per_example)
-        grads = [tf.convert_to_tensor(g) for g in tape.gradient(loss, variables) if g is not None]
-        if reduce:
-            grads = tf.distribute.get_replica_context().all_reduce("SUM", grads)
-        # One element of each gradient keeps every gradient alive, at no cost.
-        return tf.add_n([tf.cast(tf.reshape(g, [-1])[0], tf.float32) for g in grads])
-
-    def _loop(self, iterator, steps, reduce: bool):
-        total = tf.constant(0.0)
-        for _ in tf.range(steps):
-            replica = self._replica_fn or self._replica
-            out = self.strategy.run(replica, args=(next(iterator), reduce))
-            total += tf.add_n(list(self.strategy.experimental_local_results(out)))
-        return total
-
-    def seconds(self, reduce: bool, iterator, steps: int, calls: int) -> list[float]:
-        fn = self.with_all_reduce if reduce else self.without
-        times = []
-        for _ in range(calls):
-            start = time.perf_counter()
-            fn(iterator, tf.constant(steps, tf.int32)).numpy()
-            times.append(time.perf_counter() - start)
-        return times
 
 
 def gradient_bytes(model) -> int:

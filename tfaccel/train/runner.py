@@ -116,7 +116,7 @@ class Runner:
             return
         with self.strategy.scope():
             if not self.model.built or not self.model.weights:
-                _build_symbolically(self.model, sample.element_spec[0])
+                build_symbolically(self.model, sample.element_spec[0])
             self.optimizer.build(self.model.trainable_variables)
         self.loops = self._step_loops(self.micro_batches)
         self._skipped_offset = int(self.step.numpy()) - int(self.optimizer.iterations.numpy())
@@ -389,7 +389,7 @@ def _check_model_scope(model: keras.Model, strategy: tf.distribute.Strategy) -> 
         )
 
 
-def _build_symbolically(model: keras.Model, x_spec) -> None:
+def build_symbolically(model: keras.Model, x_spec) -> None:
     """Creates every variable before the optimizer is built, as `model.fit` does.
 
     Calling the model on symbolic inputs builds what `model.build(shape)` cannot: the

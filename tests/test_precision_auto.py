@@ -1,0 +1,206 @@
+"""Precision "auto" measures: candidates from the hardware, the choice from timings."""
+
+from __future__ import annotations
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import tfaccel
+from tfaccel import precision, precision_probe
+from tfaccel.devices import GPU
+from tfaccel.train import precision_step
+
+X = np.random.default_rng(0).random((256, 12), dtype=np.float32)
+Y = (X.sum(axis=1) > 6).astype(np.int32)
+
+
+def data():
+    return tf.data.Dataset.from_tensor_slices((X, Y)).batch(32)
+
+
+def build():
+    return keras.Sequential(
+        [keras.Input((12,)), keras.layers.Dense(32, activation="relu"), keras.layers.Dense(2)]
+    )
+
+
+def trainer(**kwargs):
+    return tfaccel.Trainer(
+        build,
+        optimizer=lambda: keras.optimizers.SGD(0.1),
+        loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+        metrics=["accuracy"],
+        steps_per_loop=4,
+        **kwargs,
+    )
+
+
+def weights(model):
+    return [np.array(w) for w in model.get_weights()]
+
+
+# -- the choice, with fake timings ----------------------------------------------------------
+
+
+def test_a_candidate_3_percent_faster_keeps_float32():
+    choice = precision.decide({"float32": 100.0, "mixed_bfloat16": 103.0}, "examples/s", "fake")
+    assert choice.policy == "float32" and "1.03x" in choice.reason and "< 1.05x" in choice.reason
+    assert "mixed_bfloat16 103 examples/s" in choice.describe()
+
+
+def test_a_candidate_twice_as_fast_wins_and_says_by_how_much():
+    choice = precision.decide({"float32": 100.0, "mixed_bfloat16": 200.0}, "examples/s", "3 steps")
+    assert choice.policy == "mixed_bfloat16"
+    assert choice.reason == "2.00x float32, measured on 3 steps"
+
+
+def test_float32_fastest_stays_and_float32_is_required():
+    assert precision.decide({"float32": 100.0, "mixed_float16": 60.0}, "", "x").policy == "float32"
+    with pytest.raises(ValueError, match="float32 must be measured"):
+        precision.decide({"mixed_bfloat16": 1.0}, "", "x")
+
+
+def gpu(capability):
+    return GPU(0, "fake", capability, 16000, physical=None)
+
+
+@pytest.mark.parametrize(
+    "gpus, flags, expected",
+    [
+        ([], [], ["float32"]),
+        ([], ["avx2", "fma"], ["float32"]),
+        ([], ["amx_bf16", "amx_tile"], ["float32", "mixed_bfloat16"]),
+        ([], ["avx512_bf16", "avx512_fp16"], ["float32", "mixed_bfloat16", "mixed_float16"]),
+        ([gpu((8, 0))], [], ["float32", "mixed_bfloat16", "mixed_float16"]),
+        ([gpu((7, 5))], [], ["float32", "mixed_float16"]),
+        ([gpu((6, 1))], [], ["float32"]),
+    ],
+)
+def test_candidates_come_from_the_hardware(gpus, flags, expected):
+    assert precision.candidates(gpus, flags)[0] == expected
+
+
+def test_a_cpu_without_bf16_flags_probes_nothing(monkeypatch):
+    def no_probe(*args, **kwargs):
+        raise AssertionError("probed")
+
+    monkeypatch.setattr(precision, "cpu_flags", lambda: frozenset({"avx2", "fma"}))
+    monkeypatch.setattr(precision_probe, "op_rates", no_probe)
+    monkeypatch.setattr(precision_step, "time_policies", no_probe)
+    choice = precision.choose()
+    assert choice.policy == "float32" and "no bf16" in choice.reason and not choice.rates
+    t = trainer(precision="auto")
+    t.fit(data(), epochs=1, verbose=0)
+    assert t.model.dtype_policy.name == "float32"
+    assert "no bf16" in t.settings["dtype_policy"]
+
+
+def test_the_operation_probe_measures_each_candidate_once_per_process(monkeypatch):
+    monkeypatch.setattr(precision, "cpu_flags", lambda: frozenset({"avx512_bf16"}))
+    calls = []
+    real = precision_probe.op_rates.__wrapped__
+
+    def counting(policies, budget_s=0.3):
+        calls.append(policies)
+        return real(policies, budget_s)
+
+    cached = precision_probe.functools.cache(counting)
+    monkeypatch.setattr(precision_probe, "op_rates", cached)
+    first, second = precision.choose(), precision.choose()
+    assert calls == [("float32", "mixed_bfloat16")]
+    assert set(first.rates) == {"float32", "mixed_bfloat16"} and first.unit == "FLOP/s"
+    assert first == second and "measured on a 1024x1024 matmul" in first.reason
+
+
+# -- the Trainer's probe leaves no trace --------------------------------------------------------
+
+
+def seed(value):
+    keras.utils.set_random_seed(value)
+    tf.random.set_global_generator(tf.random.Generator.from_seed(value))
+
+
+def forced(policy):
+    """`precision.decide` that returns `policy` whatever the (real) timings said."""
+    real = precision.decide
+
+    def decide(rates, unit, what):
+        measured = real(rates, unit, what)
+        return precision.Choice(policy, f"forced by the test ({measured.reason})", rates, unit)
+
+    return decide
+
+
+@pytest.mark.parametrize("winner", ["mixed_bfloat16", "float32"])
+def test_a_fit_with_the_probe_equals_a_fit_with_the_chosen_policy_given_by_hand(
+    monkeypatch, winner
+):
+    monkeypatch.setattr(precision, "cpu_flags", lambda: frozenset({"amx_bf16"}))
+    monkeypatch.setattr(precision, "decide", forced(winner))
+    seed(3)
+    auto = trainer(precision="auto")
+    auto_history = auto.fit(data(), epochs=2, verbose=0).history
+    after_auto = (np.random.random(), float(tf.random.get_global_generator().normal([])))
+    after_auto += (keras.random.randint([], 0, 10**9, seed=None).numpy().item(),)
+    assert set(auto.precision_choice.rates) == {"float32", "mixed_bfloat16"}
+    assert auto.model.dtype_policy.name == winner
+    assert winner in auto.settings["dtype_policy"] and "examples/s" in auto.settings["dtype_policy"]
+
+    seed(3)
+    by_hand = trainer(precision=winner)
+    hand_history = by_hand.fit(data(), epochs=2, verbose=0).history
+    after_hand = (np.random.random(), float(tf.random.get_global_generator().normal([])))
+    after_hand += (keras.random.randint([], 0, 10**9, seed=None).numpy().item(),)
+    assert auto_history == hand_history
+    for a, b in zip(weights(auto.model), weights(by_hand.model), strict=True):
+        np.testing.assert_array_equal(a, b)
+    assert after_auto == after_hand  # the random states are as if nothing was timed
+
+
+def test_the_copy_under_a_policy_keeps_weights_and_a_float32_head():
+    model = build()
+    copy = precision_step.under(model, "mixed_bfloat16")
+    assert [layer.dtype_policy.name for layer in copy.layers] == ["mixed_bfloat16", "float32"]
+    assert all(w.dtype == "float32" for w in copy.weights)
+    for a, b in zip(weights(model), weights(copy), strict=True):
+        np.testing.assert_array_equal(a, b)
+    reference = model(X[:64]).numpy()
+    out = copy(X[:64])
+    assert out.dtype == "float32"
+    np.testing.assert_allclose(out.numpy(), reference, atol=0.05)  # bfloat16's 8-bit mantissa
+
+
+def test_a_compiled_model_is_trained_as_a_copy_and_gets_its_weights_back():
+    model = build()
+    model.compile(
+        optimizer=keras.optimizers.SGD(0.1),
+        loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+    )
+    before = weights(model)
+    t = tfaccel.Trainer(model, precision="mixed_bfloat16", steps_per_loop=4)
+    assert t.model is not model and t.model.layers[0].dtype_policy.name == "mixed_bfloat16"
+    assert model.dtype_policy.name == "float32"  # the user's model keeps its policy
+    t.fit(data(), epochs=1, verbose=0)
+    after = weights(model)
+    assert any(not np.array_equal(a, b) for a, b in zip(before, after, strict=True))
+    for a, b in zip(after, weights(t.model), strict=True):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_bfloat16_and_float32_losses_stay_close_on_a_small_job():
+    keras.utils.set_random_seed(5)
+    f32 = trainer().fit(data(), epochs=3, verbose=0).history["loss"]
+    keras.utils.set_random_seed(5)
+    bf16 = trainer(precision="mixed_bfloat16").fit(data(), epochs=3, verbose=0).history["loss"]
+    assert f32[-1] < f32[0] and bf16[-1] < bf16[0]
+    np.testing.assert_allclose(bf16, f32, rtol=0.05)
+
+
+def test_bad_policies_keep_their_clear_messages(monkeypatch):
+    with pytest.raises(ValueError, match="expected 'auto' or one of"):
+        trainer(precision="mixed_float8")
+    monkeypatch.setattr(precision, "_warned_slow", False)
+    with pytest.warns(UserWarning, match="much slower"):
+        precision.resolve("mixed_float16", gpus=[])

@@ -1,0 +1,136 @@
+"""`Trainer(..., precision=...)`: the model copied under a dtype policy, and "auto" timed.
+
+A copy under a policy has the same weights (variables stay float32 under the mixed
+policies) and computes in the policy's dtype, except the layers that give the model's
+outputs: they compute in float32, so the loss does (as `tfaccel.models`' classifier).
+From the user's model-building function, the function is called under the policy
+instead (its own layers' dtypes win).
+
+"auto" times the forward and backward passes of each candidate copy on one cached
+batch of the training data (the optimizer's update is float32 under every policy),
+after a warm-up, in alternating rounds; `precision.decide` keeps float32 unless another
+policy is 5 % faster. Nothing of the user's run moves: the copies are thrown away, the
+data is read through its own iterator, and Python's, NumPy's and TensorFlow's global
+random states are put back.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import random
+import time
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+from tfaccel import precision
+from tfaccel.train import inputs, iterators
+from tfaccel.train.agreement import agree
+from tfaccel.train.passes import GradientLoops, one_batch
+
+SHARE = 0.05  # the timed rounds' cost: at most this share of one epoch
+ROUNDS = 3
+FLOOR_S = 1.0  # ... but never less than this (a short epoch still gets a reading)
+
+
+def under(model: keras.Model, policy: str, builder=None) -> keras.Model:
+    """A copy of `model` computing under `policy`, with its weights (call in the scope).
+
+    Raises:
+        ValueError: the model cannot be copied (a subclassed model without a config and
+            no builder); the message says what to pass instead.
+    """
+    try:
+        with precision.scope(policy):
+            if builder is not None:
+                copy = builder()
+            else:
+                outputs = {id(t._keras_history[0]) for t in model.outputs}
+                copy = keras.models.clone_model(
+                    model, clone_function=lambda layer: _layer_under(layer, policy, outputs)
+                )
+        copy.set_weights(model.get_weights())
+    except Exception as error:  # noqa: BLE001 - re-raised with what to do
+        raise ValueError(
+            f"The model could not be copied under the dtype policy {policy!r} "
+            f"({type(error).__name__}: {error}). Pass a function that builds it, "
+            "Trainer(build_model, precision=...), or build it under "
+            "tfaccel.precision.scope(policy) yourself."
+        ) from error
+    return copy
+
+
+def _layer_under(layer, policy: str, outputs: set):
+    config = layer.get_config()
+    config["dtype"] = "float32" if id(layer) in outputs else policy
+    try:
+        return layer.__class__.from_config(config)
+    except (TypeError, ValueError):  # a nested model: its own layers follow the global policy
+        config.pop("dtype")
+        return layer.__class__.from_config(config)
+
+
+@contextlib.contextmanager
+def random_states_kept():
+    """Puts back Python's, NumPy's and TensorFlow's global random states on exit."""
+    python, numpy_state = random.getstate(), np.random.get_state()
+    generator = tf.random.get_global_generator()
+    tf_state = generator.state.numpy()
+    try:
+        yield
+    finally:
+        random.setstate(python)
+        np.random.set_state(numpy_state)
+        generator.reset(tf_state)
+
+
+def time_policies(
+    model, loss, strategy, data, policies, *, builder=None, epoch_steps: int | None = None
+) -> dict:
+    """Examples/s of the passes under each policy, and what the measurement cost.
+
+    Returns `{"rates": {policy: examples/s}, "steps": steps per timed call, "rounds",
+    "seconds": the whole probe, "timed_s": the timed rounds, "budget_s"}`.
+    """
+    began = time.perf_counter()
+    sample = inputs.sample_dataset(data)
+    batch = getattr(data, "global_batch_size", None) or inputs.static_batch_size(sample)
+    with random_states_kept(), strategy.scope():
+        copies = {p: under(model, p, builder) for p in policies}
+        cached = iterators.adopt(iter(inputs.distribute(strategy, one_batch(data), endless=True)))
+        loops = {p: GradientLoops(m, loss, strategy) for p, m in copies.items()}
+        first = {p: loop.seconds(False, cached, 1, 2)[-1] for p, loop in loops.items()}
+        budget = max(SHARE * first["float32"] * (epoch_steps or 0), FLOOR_S)
+        per_call = budget / (ROUNDS * len(policies))
+        steps = int(agree(strategy, max(1, min(round(per_call / max(first.values())), 1000))))
+        best = dict.fromkeys(policies, float("inf"))
+        timed = time.perf_counter()
+        for r in range(ROUNDS):
+            for p in policies if r % 2 == 0 else list(reversed(policies)):
+                best[p] = min(best[p], loops[p].seconds(False, cached, steps, 1)[0])
+        timed_s = time.perf_counter() - timed
+    del cached, loops, copies
+    return {
+        "rates": {p: (batch or 1) * steps / best[p] for p in policies},
+        "steps": steps,
+        "rounds": ROUNDS,
+        "seconds": time.perf_counter() - began,
+        "timed_s": timed_s,
+        "budget_s": budget,
+    }
+
+
+def choose(model, loss, strategy, data, *, builder=None, epoch_steps=None) -> precision.Choice:
+    """The policy for this model's step on this machine ("auto"), with what was measured."""
+    policies, why = precision.candidates()
+    if len(policies) == 1:
+        return precision.Choice("float32", why)
+    measured = time_policies(
+        model, loss, strategy, data, policies, builder=builder, epoch_steps=epoch_steps
+    )
+    what = (
+        f"the model's passes, {measured['rounds']} rounds of {measured['steps']} step(s); "
+        f"probe {measured['seconds']:.1f} s"
+    )
+    return precision.decide(measured["rates"], "examples/s", what)
