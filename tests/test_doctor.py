@@ -138,7 +138,8 @@ def test_report_prints_plots_and_serialises(tmp_path):
     report = tfaccel.doctor.diagnose(trainer, data, budget_s=3, rounds=1)
     text = str(report)
     assert text.startswith("Verdict: ") and "examples/s" in text and "Fixes" in text
-    assert "on a CPU the job stays float32" in text
+    assert "Precision: " in text
+    assert "the only candidate here" in text or "measured under each policy" in text
     path = report.plot(str(tmp_path / "doctor.png"))
     assert (tmp_path / "doctor.png").stat().st_size > 1000 and path.endswith(".png")
     data_dict = json.loads(json.dumps(report.to_dict(), default=str))
@@ -180,6 +181,43 @@ def test_a_measured_gain_over_the_threshold_is_listed_whatever_the_verdict(stage
     for below in (1.0, rules.MIN_GAIN - 0.001):
         m = measured(xla_speedup=below, **timings)
         assert not any("jit_compile" in f.action for f in rules.fixes(m))
+
+
+def test_a_measured_precision_gain_is_a_ranked_compute_fix():
+    faster = measured(precision_rates={"float32": 100.0, "mixed_bfloat16": 240.0}, step_s=0.2)
+    assert rules.verdict(faster) == "compute"
+    fix = rules.fixes(faster)[0]
+    assert 'precision="auto"' in fix.action and "mixed_bfloat16" in fix.action
+    assert fix.measured == pytest.approx(2.4) and fix.gain > 1.5 and "2.40x" in fix.why
+    slower = measured(precision_rates={"float32": 100.0, "mixed_bfloat16": 103.0}, step_s=0.2)
+    assert not any("precision" in f.action for f in rules.fixes(slower))
+
+
+def test_no_software_fix_only_after_precision_was_measured_and_lost():
+    near_peak = dict(step_s=0.2, flops_per_example=1e9, matmul_peak=1e9 * 64 / 0.2 / 0.9)
+    lost = measured(precision_rates={"float32": 100.0, "mixed_bfloat16": 90.0}, **near_peak)
+    assert rules.fixes(lost)[0].software is False  # measured, lost: nothing applies
+    won = measured(precision_rates={"float32": 100.0, "mixed_bfloat16": 300.0}, **near_peak)
+    assert all(f.software for f in rules.fixes(won))
+    assert "precision" in rules.fixes(won)[0].action
+
+
+def test_the_doctor_times_each_precision_the_hardware_offers(monkeypatch):
+    from tfaccel import precision
+
+    monkeypatch.setattr(precision, "cpu_flags", lambda: frozenset({"avx512_bf16"}))
+    trainer, data = trainer_and_data()
+    trainer.fit(data, epochs=1, verbose=0)
+    before = state(trainer)
+    report = tfaccel.doctor.diagnose(trainer, data, budget_s=2, rounds=1)
+    for old, new in zip(before, state(trainer), strict=True):
+        np.testing.assert_array_equal(old, new)
+    rates = report.measured.precision_rates
+    assert set(rates) == {"float32", "mixed_bfloat16"} and all(r > 0 for r in rates.values())
+    listed = [f for f in report.fixes if "precision" in f.action]
+    speedup = rates["mixed_bfloat16"] / rates["float32"]
+    assert bool(listed) == (speedup >= rules.MIN_GAIN)  # one rule decides, whatever the timing
+    assert "measured under each policy" in str(report)
 
 
 def test_a_measured_xla_gain_becomes_the_first_compute_fix():

@@ -11,13 +11,13 @@ import keras
 import psutil
 import tensorflow as tf
 
-from tfaccel import devices
+from tfaccel import devices, precision
 from tfaccel.data.plan import graph_stages
 from tfaccel.doctor import measure, peak
 from tfaccel.doctor import verdict as rules
 from tfaccel.doctor.report import Report
 from tfaccel.doctor.snapshot import Snapshot
-from tfaccel.train import inputs, loop_size
+from tfaccel.train import inputs, loop_size, precision_step
 from tfaccel.train.iterators import adopt
 from tfaccel.train.losses import PerExampleLoss
 from tfaccel.train.runner import Runner
@@ -52,7 +52,10 @@ def diagnose(
       gradient all-reduce (`ReplicaContext.all_reduce`, as the optimizer calls it);
     - **memory**: the allocator's peak on a GPU (against its memory), the process's
       peak RSS on a CPU (against the host's RAM);
-    - on a CPU, this machine's float32 matmul peak and the model's FLOPs, for the
+    - precision: the forward and backward passes under each dtype policy this hardware
+      offers (`precision.candidates`; none to time on a CPU without bf16 or fp16
+      instructions), against the current one;
+    - on a CPU, this machine's matmul peak (in the fastest precision) and the model's FLOPs, for the
       compute line;
     - with `deep=True`, XLA: the forward and backward passes on the cached batch with
       and without `jit_compile` (one more trace; alternating), on any device.
@@ -92,6 +95,7 @@ def diagnose(
     state = Snapshot(runner.strategy, _state_of(runner))
     try:
         measured, notes, budget = _measure(job, train_data, batch, began, budget_s, rounds)
+        notes += _measure_precision(job, train_data, measured)
         if deep:
             notes += _measure_xla(job, train_data, measured)
     finally:
@@ -275,6 +279,31 @@ def _measure(job: _Job, data, batch, began, budget_s, rounds):
         measured.flops_per_example = peak.training_flops_per_example(model, sample.element_spec[0])
         measured.matmul_peak = matmul.best
     return measured, _notes(measured, strategy, job), budget
+
+
+def _measure_precision(job: _Job, data, measured: rules.Measured) -> list[str]:
+    """Sets `measured.precision_rates`: the passes under each policy this hardware offers
+    (`precision.candidates`), the current one first; and the matmul peak of the best."""
+    policies, measured.precision_why = precision.candidates()
+    current = measured.dtype_policy
+    others = [p for p in policies if p != current]
+    if not others:
+        return []
+    runner = job.runner
+    try:
+        timed = precision_step.time_policies(
+            runner.model, runner.loss, runner.strategy, data, [current, *others]
+        )
+    except ValueError as error:  # a model that cannot be copied under another policy
+        return [f"Precision: not measured ({error})"]
+    measured.precision_rates = timed["rates"]
+    if measured.matmul_peak is not None:
+        for policy in others:
+            dtype = keras.DTypePolicy(policy).compute_dtype
+            best = peak.MatmulPeak(n=1024, dtype=dtype).measure(4)
+            if best > measured.matmul_peak:
+                measured.matmul_peak, measured.matmul_peak_policy = best, policy
+    return []
 
 
 def _measure_xla(job: _Job, data, measured: rules.Measured) -> list[str]:

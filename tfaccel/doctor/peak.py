@@ -1,4 +1,4 @@
-"""What this machine can compute: its float32 matmul peak, and a model's FLOPs per example."""
+"""What this machine can compute: its matmul peak per precision, and a model's FLOPs per example."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from tfaccel.parallel.costs import graph_flops
 
 
 class MatmulPeak:
-    """This machine's float32 matmul FLOP/s, measured a few calls at a time.
+    """This machine's matmul FLOP/s in `dtype`, measured a few calls at a time.
 
     Each call runs 8 chained n×n matmuls (16 n³ FLOPs) inside one `tf.function`; the
     fastest call counts (on a shared machine noise only slows a call down). Calls can be
@@ -21,20 +21,21 @@ class MatmulPeak:
         n: the matrices' size (2048: near the peak on CPUs; 1024 is within a few % and
             8x cheaper).
         device: where to run it (default: TensorFlow's default device).
+        dtype: the matrices' type (a policy's compute dtype, e.g. "bfloat16").
     """
 
-    def __init__(self, n: int = 2048, device: str | None = None):
-        self.n, self.device = n, device
+    def __init__(self, n: int = 2048, device: str | None = None, dtype: str = "float32"):
+        self.n, self.device, self.dtype = n, device, dtype
         self.best = 0.0
         with self._placed():
-            self._a = tf.random.normal((n, n))
-            b = tf.random.normal((n, n)) / n
+            self._a = tf.cast(tf.random.normal((n, n)), dtype)
+            b = tf.cast(tf.random.normal((n, n)) / n, dtype)
 
         @tf.function
         def chain(x, steps):
             for _ in tf.range(steps):
                 x = tf.matmul(x, b)
-            return tf.reduce_sum(x)
+            return tf.reduce_sum(tf.cast(x, tf.float32))
 
         self._chain = chain
         with self._placed():
@@ -53,9 +54,20 @@ class MatmulPeak:
         return self.best
 
 
-def matmul_peak(n: int = 2048, repeats: int = 10, device: str | None = None) -> float:
-    """Best float32 FLOP/s of `repeats` calls of `MatmulPeak(n, device)`."""
-    return MatmulPeak(n, device).measure(repeats)
+def matmul_peak(
+    n: int = 2048, repeats: int = 10, device: str | None = None, dtype: str = "float32"
+) -> float:
+    """Best FLOP/s of `repeats` calls of `MatmulPeak(n, device, dtype)`."""
+    return MatmulPeak(n, device, dtype).measure(repeats)
+
+
+def best_matmul_peak(policies, n: int = 2048, repeats: int = 10) -> tuple[float, str]:
+    """`(FLOP/s, policy)`: the highest matmul peak among `policies`' compute dtypes."""
+    import keras
+
+    peaks = {p: matmul_peak(n, repeats, dtype=keras.DTypePolicy(p).compute_dtype) for p in policies}
+    best = max(peaks, key=peaks.get)
+    return peaks[best], best
 
 
 def training_flops_per_example(model, x_spec) -> float | None:

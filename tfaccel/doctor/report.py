@@ -156,22 +156,27 @@ class Report:
     def _precision_line(self) -> str:
         m = self.measured
         fraction = rules.compute_fraction_of_peak(m)
-        if m.device == "CPU":
-            peak = (
-                f"at {fraction:.0%} of this machine's float32 matmul peak "
-                f"({m.matmul_peak / 1e9:.0f} GFLOP/s); "
-                if fraction is not None
-                else ""
-            )
-            return (
-                f"Precision / XLA: {peak}on a CPU the job stays float32 without XLA: "
-                "TensorFlow's CPU kernels gain nothing from float16/bfloat16 here and XLA "
-                "was slower on CPU (README Decisions)."
-            )
-        return (
-            f"Precision / XLA: policy {m.dtype_policy}, jit_compile={m.jit_compile} "
-            "(not measured in other settings: try the fixes listed)."
+        peak = (
+            f"the step computes at {fraction:.0%} of this machine's {m.matmul_peak_policy} "
+            f"matmul peak ({m.matmul_peak / 1e9:.0f} GFLOP/s). "
+            if fraction is not None
+            else ""
         )
+        if m.precision_rates is None:
+            return (
+                f"Precision: {peak}{m.dtype_policy}, the only candidate here "
+                f"({m.precision_why or 'not measured'})."
+            )
+        rates = ", ".join(f"{p} {r:,.0f}" for p, r in m.precision_rates.items())
+        listed = [i for i, f in enumerate(self.fixes, 1) if "precision" in f.action]
+        found = m.precision_speedup()
+        where = (
+            f"fix {listed[0]}"
+            if listed
+            else f"under the {rules.MIN_GAIN:.2f}x threshold: {m.dtype_policy} stays"
+        )
+        best = f"; {found[0]} {found[1]:.2f}x ({where})" if found else ""
+        return f"Precision: {peak}the passes measured under each policy, examples/s: {rates}{best}."
 
     def plot(self, path: str) -> str:
         """Saves a bar chart of the stages' ceilings against the real rate; returns `path`."""

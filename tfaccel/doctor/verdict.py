@@ -69,6 +69,18 @@ class Measured:
     jit_compile: bool = False
     gpu_capability: tuple | None = None
     xla_speedup: float | None = None  # passes without ÷ with jit_compile (deep=True)
+    matmul_peak_policy: str = "float32"  # the policy whose matmul peak is `matmul_peak`
+    precision_rates: dict | None = None  # examples/s of the passes per candidate policy
+    precision_why: str = ""  # the candidates' reason (one candidate: nothing to measure)
+
+    def precision_speedup(self) -> tuple[str, float] | None:
+        """`(policy, its passes' rate ÷ the current policy's)` for the fastest other one."""
+        rates = self.precision_rates or {}
+        others = {p: r for p, r in rates.items() if p != self.dtype_policy}
+        if self.dtype_policy not in rates or not others:
+            return None
+        best = max(others, key=others.get)
+        return best, others[best] / rates[self.dtype_policy]
 
 
 @dataclasses.dataclass
@@ -130,7 +142,8 @@ def verdict(m: Measured) -> str:
 
 
 def compute_fraction_of_peak(m: Measured) -> float | None:
-    """Achieved training FLOP/s (compute part only) ÷ this machine's float32 matmul peak."""
+    """Achieved training FLOP/s (compute part only) ÷ this machine's matmul peak in the
+    fastest precision it offers (`matmul_peak_policy`)."""
     if not m.flops_per_example or not m.matmul_peak:
         return None
     return m.flops_per_example * m.batch / parts(m)["compute"] / m.matmul_peak
@@ -148,7 +161,8 @@ def worth_listing(fix: Fix) -> bool:
 
 
 def fixes(m: Measured) -> list[Fix]:
-    """Fixes for the verdict's stage first (in order of predicted gain), then others."""
+    """Fixes for the verdict's stage first (measured ones first, then by predicted gain),
+    then the others worth listing."""
     found = {
         "input": _input_fixes(m),
         "host": _host_fixes(m),
@@ -157,7 +171,11 @@ def fixes(m: Measured) -> list[Fix]:
         "memory": _memory_fixes(m),
     }
     first = verdict(m)
-    ranked = sorted(found.pop(first), key=lambda f: (f.condition is not None, -(f.gain or 0.0)))
+    # Measured fixes before modelled ones (a bound), conditional ones last.
+    ranked = sorted(
+        found.pop(first),
+        key=lambda f: (f.condition is not None, f.measured is None, -(f.gain or 0.0)),
+    )
     others = [f for fs in found.values() for f in fs if worth_listing(f)]
     return ranked + sorted(others, key=lambda f: -(f.gain or 0.0))
 
@@ -313,15 +331,38 @@ def _xla_fix(m: Measured) -> list[Fix]:
     return [fix] if worth_listing(fix) else []
 
 
+def _precision_fix(m: Measured) -> list[Fix]:
+    """Another dtype policy where the doctor measured its passes faster."""
+    found = m.precision_speedup()
+    if found is None:
+        return []
+    policy, speedup = found
+    compute = parts(m)["compute"]
+    fix = Fix(
+        "compute",
+        f'Trainer(..., precision="auto") (it measured {policy})'
+        if m.trainer
+        else f'tfaccel.Trainer(model, precision="{policy}")',
+        _gain(m, t_step=cached_step_s(m) - compute + compute / speedup),
+        f"measured: the forward and backward passes ran {speedup:.2f}x as fast under "
+        f"{policy} as under {m.dtype_policy}",
+        measured=speedup,
+    )
+    return [fix] if worth_listing(fix) else []
+
+
 def _compute_fixes(m: Measured) -> list[Fix]:
-    xla = _xla_fix(m)
-    if xla:
-        return xla + [f for f in _compute_fixes_unmeasured(m) if "jit_compile" not in f.action]
-    return [
-        f
-        for f in _compute_fixes_unmeasured(m)
-        if m.xla_speedup is None or "jit_compile" not in f.action  # measured: no gain
-    ]
+    """Measured fixes (XLA, precision) first; "no software fix" only once both lost."""
+    found = sorted(_xla_fix(m) + _precision_fix(m), key=lambda f: -(f.gain or 0.0))
+    for f in _compute_fixes_unmeasured(m):
+        if "jit_compile" in f.action and m.xla_speedup is not None:
+            continue  # measured: listed above, or no gain
+        if "precision" in f.action and m.precision_rates is not None:
+            continue
+        if not f.software and found:
+            continue  # a measured fix gains: something does apply
+        found.append(f)
+    return found
 
 
 def _compute_fixes_unmeasured(m: Measured) -> list[Fix]:
@@ -333,8 +374,9 @@ def _compute_fixes_unmeasured(m: Measured) -> list[Fix]:
                     "compute",
                     "none",
                     1.0,
-                    f"at {fraction:.0%} of this machine's float32 matmul peak, nothing to gain "
-                    "here: no software fix applies (a faster device would)",
+                    f"at {fraction:.0%} of this machine's {m.matmul_peak_policy} matmul peak, "
+                    "and no other precision measured faster: no software fix applies "
+                    "(a faster device would)",
                     software=False,
                 )
             ]

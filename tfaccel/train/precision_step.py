@@ -90,6 +90,9 @@ def time_policies(
 ) -> dict:
     """Examples/s of the passes under each policy, and what the measurement cost.
 
+    The first policy is the reference: the timed rounds stay within `SHARE` of an epoch
+    of `epoch_steps` of its passes (at least `FLOOR_S`).
+
     Returns `{"rates": {policy: examples/s}, "steps": steps per timed call, "rounds",
     "seconds": the whole probe, "timed_s": the timed rounds, "budget_s"}`.
     """
@@ -101,7 +104,7 @@ def time_policies(
         cached = iterators.adopt(iter(inputs.distribute(strategy, one_batch(data), endless=True)))
         loops = {p: GradientLoops(m, loss, strategy) for p, m in copies.items()}
         first = {p: loop.seconds(False, cached, 1, 2)[-1] for p, loop in loops.items()}
-        budget = max(SHARE * first["float32"] * (epoch_steps or 0), FLOOR_S)
+        budget = max(SHARE * first[policies[0]] * (epoch_steps or 0), FLOOR_S)
         per_call = budget / (ROUNDS * len(policies))
         steps = int(agree(strategy, max(1, min(round(per_call / max(first.values())), 1000))))
         best = dict.fromkeys(policies, float("inf"))
