@@ -83,7 +83,10 @@ def parser(
     )
     p.add_argument("--learning-rate", type=float, default=learning_rate, help="peak learning rate")
     p.add_argument(
-        "--precision", default="auto", choices=PRECISIONS, help="dtype policy; auto: from the GPU"
+        "--precision",
+        default="auto",
+        choices=PRECISIONS,
+        help="dtype policy; auto: the fastest this hardware offers, timed on the model's step",
     )
     p.add_argument(
         "--strategy", default="auto", choices=STRATEGIES, help="tf.distribute strategy to use"
@@ -194,14 +197,22 @@ def setup(args: argparse.Namespace, name: str) -> Run:
             f"the {replicas} replicas of the {type(strategy).__name__}; pass a multiple of "
             f"{replicas}, e.g. --batch-size {multiple}."
         )
-    policy = tfaccel.precision.apply(args.precision)
+    # "auto" is timed on the model's own step by the Trainer (`trainer_precision`).
+    policy = tfaccel.precision.apply("float32" if args.precision == "auto" else args.precision)
     keras.utils.set_random_seed(args.seed)
     out = pathlib.Path(args.out or f"runs/{name}")
     if out.exists() and not out.is_dir():
         raise ValueError(f"--out {out} is a file; pass a folder for the outputs.")
     out.mkdir(parents=True, exist_ok=True)
-    print(f"{name}: {replicas} replica(s), {policy.name} policy, outputs in {out}")
+    shown = "auto (timed at the first fit)" if args.precision == "auto" else policy.name
+    print(f"{name}: {replicas} replica(s), {shown} policy, outputs in {out}")
     return Run(name=name, args=args, strategy=strategy, policy=policy, out=out)
+
+
+def trainer_precision(run: Run) -> str | None:
+    """`Trainer(precision=...)`: "auto" times the model's own step; a given policy is
+    global already (`setup`)."""
+    return "auto" if run.args.precision == "auto" else None
 
 
 # -- data ------------------------------------------------------------------------------------
@@ -494,6 +505,7 @@ def train_classifier(
         loss="sparse_categorical_crossentropy",
         metrics=["accuracy"],
         strategy=run.strategy,
+        precision=trainer_precision(run),
     )
     if getattr(args, "doctor", False):
         return doctor(run, trainer, train), trainer
@@ -578,7 +590,7 @@ def finish(
             },
             "batch_size": run.args.batch_size,
             "learning_rate": run.args.learning_rate,
-            "precision": run.policy.name,
+            "precision": trainer.model.dtype_policy.name if trainer else run.policy.name,
             "seed": run.args.seed,
             "smoke": run.args.smoke,
         },

@@ -106,6 +106,7 @@ def main(argv=None) -> dict:
         loss="sparse_categorical_crossentropy",
         metrics=["accuracy"],
         strategy=strategy,
+        precision=common.trainer_precision(run),
     )
     if args.doctor:  # diagnose instead of training (tfaccel doctor recipes/digits.py)
         return common.doctor(run, trainer, train)

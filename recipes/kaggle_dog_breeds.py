@@ -237,6 +237,7 @@ def main(argv=None) -> dict:
         loss="sparse_categorical_crossentropy",
         metrics=["accuracy"],
         strategy=run.strategy,
+        precision=common.trainer_precision(run),
     )
     if args.doctor:  # diagnose instead of training (tfaccel doctor recipes/kaggle_dog_breeds.py)
         return common.doctor(run, trainer, train)

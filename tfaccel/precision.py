@@ -50,6 +50,7 @@ class Choice:
     reason: str
     rates: dict = dataclasses.field(default_factory=dict)
     unit: str = ""
+    cost_s: float = 0.0  # what measuring took (tracing included)
 
     def describe(self) -> str:
         """One line for a settings table: the choice, why, and the measured rates."""

@@ -17,6 +17,7 @@ random states are put back.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import random
 import time
 
@@ -136,4 +137,5 @@ def choose(model, loss, strategy, data, *, builder=None, epoch_steps=None) -> pr
         f"the model's passes, {measured['rounds']} rounds of {measured['steps']} step(s); "
         f"probe {measured['seconds']:.1f} s"
     )
-    return precision.decide(measured["rates"], "examples/s", what)
+    choice = precision.decide(measured["rates"], "examples/s", what)
+    return dataclasses.replace(choice, cost_s=measured["seconds"])
