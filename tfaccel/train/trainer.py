@@ -118,7 +118,7 @@ class Trainer:
         on_oom="raise",
         precision=None,
     ):
-        self._precision = None if precision in (None, "auto") else precision_name(precision)
+        self._precision = None if precision in (None, "auto") else _policy_name(precision)
         self._auto_precision = precision == "auto"
         self._builder = None if isinstance(model, keras.Model) else model
         self.precision_choice: precision.Choice | None = None
@@ -534,10 +534,4 @@ def _device_names(strategy: tf.distribute.Strategy) -> str:
         return (gpus or tf.config.list_logical_devices("CPU"))[0].name
 
 
-def precision_name(policy) -> str:
-    """A concrete policy name for `Trainer(precision=...)` (not "auto").
-
-    Raises:
-        ValueError: an unknown policy name (the message lists the valid ones).
-    """
-    return precision.resolve(policy)
+_policy_name = precision.resolve  # for __init__, whose `precision` argument hides the module
