@@ -34,11 +34,15 @@ def large():
     )
 
 
-def slow_input(batch=32):
-    """A planted input bottleneck: 20 ms of Python per batch, one at a time, no prefetch."""
+def slow_input(batch=128):
+    """A planted input bottleneck: 100 ms of Python per batch, one at a time, no prefetch.
+
+    Long beside the small model's step (~1 ms) even on a busy host, where 20 ms batches
+    were once outrun by a mirrored step slowed down by other jobs.
+    """
 
     def sleep(x):
-        time.sleep(0.02)
+        time.sleep(0.1)
         return x
 
     def slow(x, y):
