@@ -13,7 +13,8 @@ Jobs, each built to be limited by one thing:
 
 For each: `tfaccel.doctor.diagnose`, then the first fix applied (a parallel map, the
 Trainer's `steps_per_loop="auto"`, `accumulate_steps=k` from the report; the compute job
-must say that no software fix applies) and examples/s of the job before and after, in the
+gets the precision the doctor measured faster where the hardware offers one, and must
+otherwise say that no software fix applies) and examples/s of the job before and after, in the
 same process (workers), alternating round by round after a warm-up, over whole
 `Trainer.fit` calls. Target: the verdict names the planted limit in 4 of 4 and the first
 fix raises examples/s ≥ 1.3x in input, host and communication.
@@ -60,7 +61,14 @@ def _rounds_of(x):
     return x + tf.random.uniform(tf.shape(x), maxval=1e-3)
 
 
-def build(job: str, toy: bool, fixed: bool = False, accumulate: int = 1, strategy=None):
+def build(
+    job: str,
+    toy: bool,
+    fixed: bool = False,
+    accumulate: int = 1,
+    strategy=None,
+    precision=None,
+):
     """(trainer, train_data, steps per timed fit) of a planted job, or its fixed version."""
     np, tf, tfaccel = _tf()
     import keras
@@ -113,6 +121,7 @@ def build(job: str, toy: bool, fixed: bool = False, accumulate: int = 1, strateg
         strategy=strategy,
         steps_per_loop=steps_per_loop,
         accumulate_steps=accumulate,
+        precision=precision,
     )
     return trainer, data, steps * max(accumulate, 1)
 
@@ -154,6 +163,9 @@ def apply_first_fix(job: str, report, toy: bool, strategy=None):
     if "accumulate_steps" in fix.action:
         k = int(fix.action.split("accumulate_steps=")[1].split(")")[0])
         return build(job, toy, accumulate=k, strategy=strategy)
+    found = report.measured.precision_speedup()
+    if "precision" in fix.action and found:
+        return build(job, toy, strategy=strategy, precision=found[0])
     return None
 
 
@@ -167,6 +179,7 @@ def run_job(job: str, toy: bool, gain: bool, budget_s: float, rounds: int, strat
         "expected": EXPECTED[job],
         "named": report.verdict == EXPECTED[job],
         "no_software_fix": report.no_software_fix,
+        "precision_speedup": report.measured.precision_speedup(),
         "first_fix": report.fixes[0].action if report.fixes else None,
         "predicted_gain": report.fixes[0].gain if report.fixes else None,
         "report": report.to_dict(),

@@ -21,7 +21,13 @@ def test_the_planted_limit_is_named(job):
     result = planted.run_job(job, toy=True, gain=False, budget_s=6, rounds=2)
     assert result["verdict"] == job, result["text"]
     if job == "compute":
-        assert result["no_software_fix"], result["text"]
+        # Where the hardware offers a faster precision (bf16 units), measured as such,
+        # it is the fix; otherwise nothing in software applies.
+        found = result["precision_speedup"]
+        if found and found[1] >= 1.05:
+            assert "precision" in result["first_fix"], result["text"]
+        else:
+            assert result["no_software_fix"], result["text"]
     else:
         assert result["predicted_gain"] and result["predicted_gain"] >= 1.3, result["text"]
 

@@ -395,7 +395,7 @@ def _compute_fixes_unmeasured(m: Measured) -> list[Fix]:
         out.append(
             Fix(
                 "compute",
-                'tfaccel.precision.apply("auto") (mixed precision)',
+                'Trainer(..., precision="auto") (mixed precision)',
                 None,
                 "this GPU has tensor cores that float32 does not use; not measured here",
             )
