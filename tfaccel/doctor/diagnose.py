@@ -55,8 +55,8 @@ def diagnose(
     - precision: the forward and backward passes under each dtype policy this hardware
       offers (`precision.candidates`; none to time on a CPU without bf16 or fp16
       instructions), against the current one;
-    - on a CPU, this machine's matmul peak (in the fastest precision) and the model's FLOPs, for the
-      compute line;
+    - on a CPU, this machine's matmul peak (in the fastest precision) and the model's
+      FLOPs, for the compute line;
     - with `deep=True`, XLA: the forward and backward passes on the cached batch with
       and without `jit_compile` (one more trace; alternating), on any device.
 

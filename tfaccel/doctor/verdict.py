@@ -315,20 +315,26 @@ def _communication_fixes(m: Measured) -> list[Fix]:
     ]
 
 
+def _measured_compute_fix(m: Measured, action: str, speedup: float, why: str) -> list[Fix]:
+    """A fix whose compute part was measured `speedup` times faster: the step predicted
+    with the compute part divided by it; listed by `worth_listing`."""
+    compute = parts(m)["compute"]
+    step = cached_step_s(m) - compute + compute / speedup
+    fix = Fix("compute", action, _gain(m, t_step=step), why, measured=speedup)
+    return [fix] if worth_listing(fix) else []
+
+
 def _xla_fix(m: Measured) -> list[Fix]:
-    """XLA where `deep=True` measured it faster: the compute part ÷ the measured speed-up."""
+    """XLA where `deep=True` measured it faster."""
     if m.xla_speedup is None or m.jit_compile:
         return []
-    compute = parts(m)["compute"]
-    fix = Fix(
-        "compute",
+    return _measured_compute_fix(
+        m,
         "Trainer(..., jit_compile=True) (XLA)" if m.trainer else "compile(jit_compile=True)",
-        _gain(m, t_step=cached_step_s(m) - compute + compute / m.xla_speedup),
+        m.xla_speedup,
         f"measured (deep=True): the forward and backward passes ran {m.xla_speedup:.2f}x "
         "as fast compiled with XLA",
-        measured=m.xla_speedup,
     )
-    return [fix] if worth_listing(fix) else []
 
 
 def _precision_fix(m: Measured) -> list[Fix]:
@@ -337,18 +343,15 @@ def _precision_fix(m: Measured) -> list[Fix]:
     if found is None:
         return []
     policy, speedup = found
-    compute = parts(m)["compute"]
-    fix = Fix(
-        "compute",
+    return _measured_compute_fix(
+        m,
         f'Trainer(..., precision="auto") (it measured {policy})'
         if m.trainer
         else f'tfaccel.Trainer(model, precision="{policy}")',
-        _gain(m, t_step=cached_step_s(m) - compute + compute / speedup),
+        speedup,
         f"measured: the forward and backward passes ran {speedup:.2f}x as fast under "
         f"{policy} as under {m.dtype_policy}",
-        measured=speedup,
     )
-    return [fix] if worth_listing(fix) else []
 
 
 def _compute_fixes(m: Measured) -> list[Fix]:
