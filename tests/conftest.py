@@ -20,3 +20,15 @@ CPUS = ["/cpu:0", "/cpu:1"]
 def mirrored():
     """A 2-replica MirroredStrategy over two logical CPUs."""
     return devices.strategy("mirrored", devices=CPUS)
+
+
+def pytest_terminal_summary(terminalreporter):
+    """One line on the iterator reaper over the whole run (issue: its backlog)."""
+    from tfaccel.train import iterators
+
+    s = iterators.stats()
+    terminalreporter.write_line(
+        f"iterator reaper: {s['adopted']} adopted, {s['freed']} freed, {s['pending']} pending "
+        f"at the end, at most {s['most_pending']} pending at once, the longest deletion "
+        f"{s['longest_free_s']:.2f} s"
+    )
