@@ -99,17 +99,20 @@ def test_a_cpu_without_bf16_flags_probes_nothing(monkeypatch):
 
 def test_the_operation_probe_measures_each_candidate_once_per_process(monkeypatch):
     monkeypatch.setattr(precision, "cpu_flags", lambda: frozenset({"avx512_bf16"}))
-    calls = []
-    real = precision_probe.op_rates.__wrapped__
+    built = []
+    real_ops = precision_probe._ops
 
-    def counting(policies, budget_s=0.3):
-        calls.append(policies)
-        return real(policies, budget_s)
+    def counting_ops(dtype):
+        built.append(dtype.name)
+        return real_ops(dtype)
 
-    cached = precision_probe.functools.cache(counting)
-    monkeypatch.setattr(precision_probe, "op_rates", cached)
-    first, second = precision.choose(), precision.choose()
-    assert calls == [("float32", "mixed_bfloat16")]
+    monkeypatch.setattr(precision_probe, "_ops", counting_ops)
+    precision_probe.op_rates.cache_clear()  # the module's own cache, as a new process has it
+    try:
+        first, second = precision.choose(), precision.choose()
+    finally:
+        precision_probe.op_rates.cache_clear()
+    assert built == ["float32", "bfloat16"]  # measured once: the second choice is cached
     assert set(first.rates) == {"float32", "mixed_bfloat16"} and first.unit == "FLOP/s"
     assert first == second and "measured on a 1024x1024 matmul" in first.reason
 
