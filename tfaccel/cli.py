@@ -97,7 +97,8 @@ def _launch(args: argparse.Namespace) -> int:
 def _run_recipe(command: str, flag: str, missing: str, args, extra=()) -> int:
     """Runs `python RECIPE --flag [extra] [recipe args]` for the `tfaccel <command>` commands.
 
-    Returns 2 (with the reason on stderr) when the file is missing or lacks `flag`.
+    Returns 2 (with the reason on stderr) when the file is missing, is not a `.py` script
+    or lacks `flag`.
     """
     import pathlib
     import subprocess
@@ -107,6 +108,13 @@ def _run_recipe(command: str, flag: str, missing: str, args, extra=()) -> int:
         print(
             f"tfaccel {command}: no recipe file {str(recipe)!r}; usage: "
             f"tfaccel {command} recipes/digits.py [recipe arguments]",
+            file=sys.stderr,
+        )
+        return 2
+    if recipe.suffix != ".py":
+        print(
+            f"tfaccel {command}: {str(recipe)!r} is not a Python script (expected a .py "
+            f"file); usage: tfaccel {command} recipes/digits.py [recipe arguments]",
             file=sys.stderr,
         )
         return 2
