@@ -97,6 +97,8 @@ def main():
     parser.add_argument("--kill-at", type=int)
     parser.add_argument("--kill-worker", type=int, help="multi-worker: only this task kills")
     parser.add_argument("--term-at", type=int)
+    parser.add_argument("--int-at", type=int, help="Ctrl-C (SIGINT) at this step")
+    parser.add_argument("--no-ckpt", action="store_true", help="fit without checkpoint_dir")
     parser.add_argument("--augment", action="store_true")
     parser.add_argument("--distributed-iterator", action="store_true")
     args = parser.parse_args()
@@ -121,6 +123,8 @@ def main():
         callbacks.append(SelfSignal(args.kill_at, signal.SIGKILL, args.out + ".killed"))
     if args.term_at:
         callbacks.append(SelfSignal(args.term_at, signal.SIGTERM, args.out + ".termed"))
+    if args.int_at:
+        callbacks.append(SelfSignal(args.int_at, signal.SIGINT, args.out + ".interrupted"))
     trainer = tfaccel.Trainer(
         build,
         optimizer=lambda: keras.optimizers.SGD(0.05, momentum=0.9),
@@ -132,7 +136,7 @@ def main():
     history = trainer.fit(
         augmented_dataset(strategy) if args.augment else dataset(),
         epochs=args.epochs,
-        checkpoint_dir=args.ckpt,
+        checkpoint_dir=None if args.no_ckpt else args.ckpt,
         checkpoint_every=4,
         callbacks=callbacks,
         verbose=0,

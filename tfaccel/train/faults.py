@@ -1,6 +1,9 @@
 """Fault handling: preemption signals and divergence.
 
 Preemption: SIGTERM / SIGINT during `fit` end the current step loop, then save and stop.
+An interrupted run never looks finished: `stop` says on stderr what happened and exits 0
+only when a checkpoint holds the run (the preemption contract: run the same command to
+resume); without one, SIGINT raises `KeyboardInterrupt` and SIGTERM exits 128 + 15.
 
 A signal only sets a flag; the Trainer checks it between step loops. In multi-worker
 jobs the workers agree on the decision with one tiny all-reduce per loop, so every
@@ -14,6 +17,7 @@ termination watcher, so tfaccel does not depend on it.
 from __future__ import annotations
 
 import signal
+import sys
 import threading
 
 import tensorflow as tf
@@ -91,3 +95,41 @@ class PreemptionWatcher:
         if not self._multi_worker:
             return bool(local)
         return bool(self._agree(tf.constant(local, tf.int32)).numpy() > 0)
+
+
+def stop(signum: int | None, step: int, saved: str | None, exit_process: bool) -> None:
+    """After a preempted run's last loop: says what happened, then exits or returns.
+
+    Args:
+        signum: the signal this process received (None: another worker's vote).
+        step: the global step reached.
+        saved: the checkpoint holding `step`, or None when nothing was saved.
+        exit_process: `fit(exit_on_preemption=...)`.
+
+    Raises:
+        SystemExit: 0 when `saved` (the documented preemption contract), else 128 + signal.
+        KeyboardInterrupt: SIGINT (Ctrl-C) without a checkpoint.
+    """
+    what = signal.Signals(signum).name if signum else "a stop voted by another worker"
+    message = f"tfaccel: training interrupted by {what} after step {step}; "
+    if saved:
+        message += f"saved the checkpoint {saved}: run the same command to resume."
+    else:
+        message += (
+            "nothing was saved (fit has no checkpoint_dir) and the run did not finish. The "
+            "weights trained so far are in the model."
+        )
+    if exit_process and saved:
+        message += " Exiting with status 0 (fit(exit_on_preemption=True))."
+    elif exit_process:
+        code = 128 + (signum or signal.SIGTERM)
+        if signum != signal.SIGINT:
+            message += f" Exiting with status {code}."
+    print(message, file=sys.stderr, flush=True)
+    if not exit_process:
+        return
+    if saved:
+        raise SystemExit(0)
+    if signum == signal.SIGINT:
+        raise KeyboardInterrupt(message)
+    raise SystemExit(128 + (signum or signal.SIGTERM))

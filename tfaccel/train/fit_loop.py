@@ -29,7 +29,7 @@ import keras
 import tensorflow as tf
 
 from tfaccel.data import fingerprint
-from tfaccel.train import accumulation, agreement, hyperparameters, inputs, iterators
+from tfaccel.train import accumulation, agreement, faults, hyperparameters, inputs, iterators
 from tfaccel.train.checkpoint import ITERATOR_KEYS, POSITION_KEYS, RESUME_MODES, CheckpointState
 from tfaccel.train.faults import PreemptionWatcher, TrainingDivergedError
 from tfaccel.train.loop_size import LoopSizer
@@ -416,8 +416,11 @@ class FitLoop:
         self._save()
         self.preempted = True
         self.callbacks.on_train_end(epoch_logs)
-        if self.exit_on_preemption:
-            raise SystemExit(0)
+        step = self.runner.position.step
+        saved = None
+        if self.ckpt is not None and self.last_saved == step and self.ckpt.latest:
+            saved = self.ckpt.latest
+        faults.stop(self.watcher.signal_received, step, saved, self.exit_on_preemption)
         return self.runner.model.history
 
     def _no_batch(self, epoch: int, trained: bool) -> None:

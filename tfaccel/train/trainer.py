@@ -352,8 +352,12 @@ class Trainer:
             divergence_loops: raise `TrainingDivergedError` after this many consecutive
                 step loops with a non-finite loss (no checkpoint is written meanwhile).
             restore_on_divergence: restore the last good checkpoint before raising.
-            exit_on_preemption: after SIGTERM/SIGINT, save and exit with status 0 (else
-                return, with `trainer.preempted` set).
+            exit_on_preemption: after SIGTERM/SIGINT, finish the step loop, save, say so on
+                stderr and exit with status 0 (run the same command to resume). Without
+                `checkpoint_dir` nothing is saved and the run must not look finished:
+                SIGINT raises `KeyboardInterrupt`, SIGTERM exits with status 143 (128 + 15).
+                False: return, with `trainer.preempted` set. Either way a model the
+                Trainer trained a copy of gets the weights trained so far.
             resume: "auto" resumes from the newest readable checkpoint in `checkpoint_dir`
                 and refuses one saved with another global batch, steps per epoch,
                 optimizer type or training data (its content fingerprint: "the training
@@ -453,6 +457,10 @@ class Trainer:
             history = loop.run()
             compiled.copy_weights_back(self)
             return history
+        except (SystemExit, KeyboardInterrupt):
+            if loop.preempted:  # what trained before the signal is the user's model's too
+                compiled.copy_weights_back(self)
+            raise
         finally:
             loop.close()
             self.settings.update(loop.notes)
