@@ -65,13 +65,13 @@ def test_a_cache_of_another_shape_is_named_as_such(tmp_path):
     assert next(iter(ds))[0].shape == (8, 5)
 
 
-def test_a_cache_without_a_fingerprint_file_is_rebuilt(tmp_path):
+def test_a_cache_without_a_fingerprint_file_is_refused_and_kept(tmp_path):
     path = str(tmp_path / "cache")
     labels_of(data.pipeline(labelled(0), batch_size=8, training=False, cache=path))
-    os.remove(path + ".fingerprint.json")  # as an older tfaccel left it
-    with pytest.warns(data.CacheMismatchWarning, match="no fingerprint file"):
-        ds = data.pipeline(labelled(0), batch_size=8, training=False, cache=path)
-    assert labels_of(ds) == [0]
+    os.remove(path + ".fingerprint.json")  # as an older tfaccel (or another program) left it
+    with pytest.raises(data.CacheMismatchError, match="cannot prove it wrote"):
+        data.pipeline(labelled(0), batch_size=8, training=False, cache=path)
+    assert os.path.exists(path + ".index")
 
 
 def test_sharded_pipelines_record_each_cache(tmp_path, mirrored):

@@ -306,13 +306,15 @@ def test_measuring_an_element_does_not_touch_the_file_cache(tmp_path):
     words = data.from_arrays(np.array(["abc"] * 10), np.zeros(10))
     ds = data.pipeline(words, batch_size=5, training=True, cache=str(tmp_path / "c"))
     assert data.plan_of(ds).step("shuffle").settings["buffer"] == 10
-    # Nothing but the cache's record (what it is built from) until the pipeline is iterated.
-    assert os.listdir(tmp_path) == ["c.fingerprint.json"]
+    # Nothing but the cache's record (what it is built from) and its owner's lock file
+    # until the pipeline is iterated.
+    assert sorted(os.listdir(tmp_path)) == ["c.fingerprint.json", "c.owner"]
     assert sum(int(y.shape[0]) for _, y in ds) == 10
     assert sorted(os.listdir(tmp_path)) == [
         "c.data-00000-of-00001",
         "c.fingerprint.json",
         "c.index",
+        "c.owner",
     ]
 
 

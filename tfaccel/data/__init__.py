@@ -7,7 +7,13 @@ Example:
 """
 
 from tfaccel.data.bench import benchmark
-from tfaccel.data.cache import CacheMismatchError, CacheMismatchWarning, StaleCacheWarning
+from tfaccel.data.cache import (
+    CacheBusyWarning,
+    CacheMismatchError,
+    CacheMismatchWarning,
+    StaleCacheWarning,
+)
+from tfaccel.data.generators import from_generator
 from tfaccel.data.images import from_image_folder
 from tfaccel.data.label_contract import check
 from tfaccel.data.pipeline import DatasetFn, pipeline
@@ -17,6 +23,7 @@ from tfaccel.data.sources import from_arrays, from_csv, from_tfds, from_tfrecord
 
 __all__ = [
     "SHUFFLE_BUDGET_MB",
+    "CacheBusyWarning",
     "CacheMismatchError",
     "CacheMismatchWarning",
     "DatasetFn",
@@ -28,6 +35,7 @@ __all__ = [
     "explain",
     "from_arrays",
     "from_csv",
+    "from_generator",
     "from_image_folder",
     "from_tfds",
     "from_tfrecords",

@@ -20,24 +20,42 @@ What a cache holds: `<path>.fingerprint.json` records the data it is built from
 dtypes and shapes, and the preprocess function). It is written when a pipeline is
 built over a path holding no complete cache (none, or one being rebuilt), so it is
 there before the first element is cached. A complete cache whose record differs,
-or that has none (an older tfaccel), is never read: its files are removed with one
-`CacheMismatchWarning` naming the path and both fingerprints, and it is rebuilt
-(or `CacheMismatchError` is raised, with `cache_mismatch="error"`).
+is never read: its files are removed with one `CacheMismatchWarning` naming the
+path and both fingerprints, and it is rebuilt (or `CacheMismatchError` is raised,
+with `cache_mismatch="error"`). Files without our record beside them (a user's
+TensorFlow checkpoint `best_model.index`, an older tfaccel's cache) are never
+deleted: `CacheMismatchError` says so.
+
+Who owns a path (`cache_to_file`): one data fingerprint at a time. The owning
+process holds an advisory lock on `<path>.owner` while a pipeline over it lives.
+A pipeline of other data while the owner lives (a train/validation copy-paste, a
+second process) caches to its own file `<path>-<fingerprint>` with a
+`CacheMismatchWarning`; one of the same data in another process while the cache
+is being filled reads its source without the cache (`CacheBusyWarning`).
 """
 
 from __future__ import annotations
 
+import fcntl
+import gc
 import glob
 import hashlib
 import json
 import os
+import socket
 import tempfile
+import threading
 import time
 import warnings
+import weakref
 
 import psutil
 
 from tfaccel import strict_json
+
+
+class CacheBusyWarning(UserWarning):
+    """Another process is filling this file cache: this pipeline reads without it."""
 
 
 class StaleCacheWarning(UserWarning):
@@ -205,6 +223,13 @@ def check_fingerprint(path: str, record: dict, mismatch: str = "rebuild") -> Non
                 f"{text}. Delete its files, use another cache path, or pass "
                 "cache_mismatch='rebuild'."
             )
+        if saved is None:
+            raise CacheMismatchError(
+                f"cache={path!r}: {path}.index exists but tfaccel cannot prove it wrote it (no "
+                f"{os.path.basename(path)}.fingerprint.json beside it): it may be a TensorFlow "
+                "checkpoint or another program's file, and tfaccel never deletes those. Point "
+                "cache= at another path, or delete the files yourself if they are an old cache."
+            )
         files = [path + ".index", *glob.glob(glob.escape(path) + ".data-*")]
         for file in files:
             try:
@@ -221,3 +246,120 @@ def check_fingerprint(path: str, record: dict, mismatch: str = "rebuild") -> Non
     if saved != record:
         with open(path + ".fingerprint.json", "w") as handle:
             handle.write(strict_json.dumps(record, indent=1, sort_keys=True))
+
+
+class _Owner:
+    """This process's claim on a cache path: the data it holds and the locked `.owner` file."""
+
+    def __init__(self, fingerprint: str, handle):
+        self.fingerprint, self.handle, self.users = fingerprint, handle, 0
+
+
+_OWNER_MARK = "tfaccel cache owner:"
+_OWNED: dict[str, _Owner] = {}
+_OWNED_LOCK = threading.RLock()
+
+
+def _release(path: str, owner: _Owner) -> None:
+    with _OWNED_LOCK:
+        owner.users -= 1
+        if owner.users <= 0 and _OWNED.get(path) is owner:
+            del _OWNED[path]
+            owner.handle.close()  # releases the advisory lock
+
+
+def _try_own(path: str):
+    """Locks `<path>.owner` (never through a symlink); returns (handle, None) or (None, holder)."""
+    flags = os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+    handle = os.fdopen(os.open(path + ".owner", flags, 0o644), "r+")
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        holder = handle.read().strip().removeprefix(_OWNER_MARK).strip() or "another process"
+        handle.close()
+        return None, holder
+    handle.seek(0)
+    text = handle.read()
+    if text and not text.startswith(_OWNER_MARK):
+        handle.close()
+        raise CacheMismatchError(
+            f"cache={path!r}: {path}.owner exists and was not written by tfaccel; tfaccel "
+            "never overwrites it. Point cache= at another path."
+        )
+    handle.seek(0)
+    handle.truncate()
+    handle.write(f"{_OWNER_MARK} pid {os.getpid()} on {socket.gethostname()}\n")
+    handle.flush()
+    return handle, None
+
+
+def _elsewhere(dataset, path: str, record: dict, mismatch: str, holder: str):
+    alternative = f"{path}-{record['fingerprint']}"
+    text = (
+        f"The file cache {path!r} belongs to {holder}, built from other data than this "
+        f"pipeline (fingerprint {record['fingerprint']})"
+    )
+    if mismatch == "error":
+        raise CacheMismatchError(f"{text}. Give each pipeline its own cache path.")
+    warnings.warn(
+        f"{text}: this pipeline caches to {alternative!r} instead. Give each pipeline its "
+        "own cache path (e.g. train.cache / validation.cache).",
+        CacheMismatchWarning,
+        stacklevel=4,
+    )
+    return cache_to_file(dataset, alternative, record, mismatch)
+
+
+def cache_to_file(dataset, path: str, record: dict, mismatch: str = "rebuild"):
+    """`dataset.cache(path)` once this process owns `path` for `record`'s data.
+
+    Args:
+        dataset: the `tf.data.Dataset` to cache.
+        path: the cache path prefix.
+        record: what the data is (`record_of`).
+        mismatch: "rebuild" or "error", for a cache of other data (`check_fingerprint`).
+
+    Returns:
+        (dataset, where): the cached dataset and a phrase for the plan; the dataset
+        uncached while another process fills the same data's cache.
+
+    Raises:
+        CacheMismatchError: files at `path` tfaccel did not write, or other data with
+            `mismatch="error"`.
+    """
+    fingerprint = record["fingerprint"]
+    with _OWNED_LOCK:
+        owner = _OWNED.get(path)
+        if owner is not None and owner.fingerprint != fingerprint:
+            gc.collect()  # an owner that is only garbage lets go
+            owner = _OWNED.get(path)
+        if owner is not None and owner.fingerprint != fingerprint:
+            holder = f"a live pipeline in this process (fingerprint {owner.fingerprint})"
+            return _elsewhere(dataset, path, record, mismatch, holder)
+        if owner is None:
+            handle, holder = _try_own(path)
+            if handle is None:
+                if (_read_record(path) or {}).get("fingerprint") != fingerprint:
+                    return _elsewhere(dataset, path, record, mismatch, holder)
+                filling = glob.glob(glob.escape(path) + "_*.lockfile")
+                if os.path.exists(path + ".index") and not filling:
+                    return dataset.cache(path), f"file {path} (read; owned by {holder})"
+                warnings.warn(
+                    f"The file cache {path!r} is being filled by {holder}: this pipeline "
+                    "reads its source without the cache this time (it is read once complete).",
+                    CacheBusyWarning,
+                    stacklevel=3,
+                )
+                return dataset, f"none: {path} is being filled by {holder}"
+            owner = _Owner(fingerprint, handle)
+            try:
+                recover_stale_lock(path)
+                check_fingerprint(path, record, mismatch)
+            except BaseException:
+                handle.close()
+                raise
+            _OWNED[path] = owner
+        owner.users += 1
+    cached = dataset.cache(path)
+    weakref.finalize(cached, _release, path, owner)
+    return cached, f"file {path}"

@@ -403,15 +403,13 @@ def _build(config: _Config, context: tf.distribute.InputContext | None):
         plan.add("cache", to="memory")
     elif config.cache is not None:
         path = config.cache if pipelines == 1 else f"{config.cache}-pipeline{index}of{pipelines}"
-        cache_lib.recover_stale_lock(path)
         record = cache_lib.record_of(
             str(fingerprint.of_dataset(source)),
             fingerprint.element_spec_text(dataset),
             fingerprint.function_identity(config.preprocess),
         )
-        cache_lib.check_fingerprint(path, record, config.cache_mismatch)
-        dataset = dataset.cache(path)
-        plan.add("cache", to=f"file {path}")
+        dataset, where = cache_lib.cache_to_file(dataset, path, record, config.cache_mismatch)
+        plan.add("cache", to=where)
 
     stateless = config.augment is not None and augment_seeds.takes_seed(config.augment)
     if stateless:  # indexed here, augmented after the shuffle (see augment_seeds)

@@ -1,0 +1,87 @@
+"""Files that are not ours: shared cache paths, a user's checkpoint, temporary files."""
+
+import os
+import subprocess
+import sys
+import warnings
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from tfaccel import data
+
+N = 32
+
+
+def labelled(label):
+    x = np.random.default_rng(3).normal(size=(N, 4)).astype("float32")
+    return data.from_arrays(x, np.full(N, label, np.int64))
+
+
+def labels_of(dataset):
+    return sorted({int(v) for _, y in dataset for v in y.numpy()})
+
+
+def test_two_pipelines_of_other_data_never_share_a_cache_path(tmp_path):
+    path = str(tmp_path / "cache")
+    train = data.pipeline(labelled(0), batch_size=8, training=False, cache=path)
+    with pytest.warns(data.CacheMismatchWarning, match="caches to") as caught:
+        validation = data.pipeline(labelled(1), batch_size=8, training=False, cache=path)
+    assert path in str(caught[0].message)
+    for _ in range(2):  # written, then read: each its own data
+        assert labels_of(train) == [0] and labels_of(validation) == [1]
+    with pytest.raises(data.CacheMismatchError, match="its own cache path"):
+        data.pipeline(labelled(1), batch_size=8, training=False, cache=path, cache_mismatch="error")
+
+
+def test_a_users_checkpoint_at_the_cache_path_is_never_deleted(tmp_path):
+    prefix = str(tmp_path / "best_model")
+    tf.train.Checkpoint(v=tf.Variable([1.0, 2.0])).write(prefix)
+    before = sorted(os.listdir(tmp_path))
+    with pytest.raises(data.CacheMismatchError, match="cannot prove it wrote"):
+        data.pipeline(labelled(0), batch_size=8, training=False, cache=prefix)
+    assert set(before) <= set(os.listdir(tmp_path))
+    restored = tf.train.Checkpoint(v=tf.Variable([0.0, 0.0]))
+    restored.read(prefix).assert_consumed()
+    assert restored.v.numpy().tolist() == [1.0, 2.0]
+    (tmp_path / "notes.owner").write_text("my notes\n")
+    with pytest.raises(data.CacheMismatchError, match="never overwrites"):
+        data.pipeline(labelled(0), batch_size=8, training=False, cache=str(tmp_path / "notes"))
+    assert (tmp_path / "notes.owner").read_text() == "my notes\n"
+
+
+FILLER = """
+import sys
+import numpy as np
+from tfaccel import data
+x = np.random.default_rng(3).normal(size=(32, 4)).astype("float32")
+ds = data.pipeline(data.from_arrays(x, np.zeros(32, np.int64)), batch_size=8,
+                   training=False, cache=sys.argv[1])
+iterator = iter(ds)
+next(iterator)  # filling the cache now
+print("filling", flush=True)
+sys.stdin.read()  # until the test lets go
+"""
+
+
+def test_a_cache_filled_by_another_process_is_read_around(tmp_path):
+    path = str(tmp_path / "cache")
+    filler = subprocess.Popen(
+        [sys.executable, "-c", FILLER, path],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert filler.stdout.readline().strip() == "filling"
+        with pytest.warns(data.CacheBusyWarning, match="being filled by pid"):
+            ds = data.pipeline(labelled(0), batch_size=8, training=False, cache=path)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            assert sum(int(y.shape[0]) for _, y in ds) == N
+            assert sum(int(y.shape[0]) for _, y in ds) == N
+    finally:
+        filler.stdin.close()
+        filler.wait(timeout=120)
+    assert filler.returncode == 0
