@@ -85,3 +85,81 @@ def test_a_cache_filled_by_another_process_is_read_around(tmp_path):
         filler.stdin.close()
         filler.wait(timeout=120)
     assert filler.returncode == 0
+
+
+# -- saving ---------------------------------------------------------------------------
+
+
+def small_model():
+    import keras
+
+    model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2)])
+    return model
+
+
+def test_save_never_writes_through_a_planted_link(tmp_path):
+    from tfaccel.train import saving
+
+    victim = tmp_path / "victim.txt"
+    victim.write_text("precious\n")
+    for name in (f".model.{os.getpid()}.partial.keras", ".model.partial.keras"):
+        os.symlink(victim, tmp_path / name)
+    saving.save(small_model(), tmp_path / "model.keras", tf.distribute.get_strategy())
+    assert victim.read_text() == "precious\n"
+    assert (tmp_path / "model.keras").is_file() and not (tmp_path / "model.keras").is_symlink()
+    assert sorted(p.name for p in tmp_path.iterdir() if not p.is_symlink()) == [
+        "model.keras",
+        "victim.txt",
+    ]
+
+
+def test_save_onto_a_full_disk_says_so_and_keeps_the_old_file(tmp_path, monkeypatch):
+    import errno
+
+    import keras
+
+    from tfaccel.train import saving
+
+    path = tmp_path / "model.keras"
+    saving.save(small_model(), path, tf.distribute.get_strategy())
+    old = path.read_bytes()
+
+    def full(self, filepath, *args, **kwargs):
+        with open(filepath, "wb") as handle:
+            handle.write(b"half")
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(keras.Model, "save", full)
+    with pytest.raises(OSError) as caught:
+        saving.save(small_model(), path, tf.distribute.get_strategy())
+    message = str(caught.value)
+    assert caught.value.errno == errno.ENOSPC
+    for words in (str(path), "No space left on device", "ENOSPC", "old file", "intact"):
+        assert words in message
+    assert path.read_bytes() == old
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["model.keras"]
+
+
+def test_save_and_export_below_a_regular_file_name_the_path(tmp_path):
+    from tfaccel.train import saving
+
+    (tmp_path / "notes.txt").write_text("a file, not a folder\n")
+    model, strategy = small_model(), tf.distribute.get_strategy()
+    with pytest.raises(OSError, match="cannot write .*notes.txt/model.keras.*Not a directory"):
+        saving.save(model, tmp_path / "notes.txt" / "model.keras", strategy)
+    with pytest.raises(OSError, match="cannot write .*notes.txt/exported.*Not a directory"):
+        saving.export(model, tmp_path / "notes.txt" / "exported", strategy)
+
+
+def test_save_into_a_read_only_directory_says_so(tmp_path, monkeypatch):
+    import errno
+    import tempfile
+
+    from tfaccel.train import saving
+
+    def refused(*args, **kwargs):
+        raise PermissionError(errno.EACCES, os.strerror(errno.EACCES))
+
+    monkeypatch.setattr(tempfile, "mkdtemp", refused)  # root may write anywhere
+    with pytest.raises(PermissionError, match="Permission denied .EACCES.*nothing was written"):
+        saving.save(small_model(), tmp_path / "model.keras", tf.distribute.get_strategy())

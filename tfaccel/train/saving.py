@@ -3,13 +3,18 @@
 Every worker of a multi-worker job calls these (writing may read distributed values,
 which needs every worker, as Keras' multi-worker guide says); only the chief writes to
 the path asked for, the other workers write to a private temporary directory and delete
-it, as checkpoints do. A local `.keras` file is written beside the target and renamed
-into place, so a crash never leaves a half-written model at the path.
+it, as checkpoints do. A local `.keras` file is written in a private temporary folder
+(unpredictable name, mode 0700) beside the target and renamed into place, so a crash
+never leaves a half-written model at the path and no planted link is followed. A write
+that fails (read-only, below a file, disk full) raises the same `OSError` class with the
+path, the errno in words, and what is left at the path.
 """
 
 from __future__ import annotations
 
+import errno
 import os
+import shutil
 import tempfile
 
 import keras
@@ -27,6 +32,8 @@ def save(model: keras.Model, filepath, strategy: tf.distribute.Strategy) -> str:
     Raises:
         ValueError: a path not ending in `.keras`, a path that is a directory, or a
             model without weights yet.
+        OSError: the file cannot be written (its class and errno kept; the message says
+            the path, the errno in words, and that an old file there is intact).
     """
     path = os.fspath(filepath)
     if tf.io.gfile.isdir(path):
@@ -46,20 +53,54 @@ def save(model: keras.Model, filepath, strategy: tf.distribute.Strategy) -> str:
         with tempfile.TemporaryDirectory(prefix="tfaccel-save-") as scratch:
             model.save(os.path.join(scratch, "model.keras"))
         return path
-    folder = os.path.dirname(path)
-    if folder:
-        tf.io.gfile.makedirs(folder)
     if "://" in path:  # a remote file system: no rename into place
+        tf.io.gfile.makedirs(os.path.dirname(path))
         model.save(path)
         return path
-    partial = os.path.join(folder, f".{os.path.basename(path)[:-6]}.{os.getpid()}.partial.keras")
+    existed = os.path.exists(path)
     try:
+        folder = _make_folder(path)
+        scratch = tempfile.mkdtemp(prefix=f".{os.path.basename(path)}.", dir=folder)
+    except OSError as error:
+        raise _write_error("save", path, error, existed) from None
+    try:  # a private 0700 folder: nobody can plant a link at the file keras writes
+        partial = os.path.join(scratch, "model.keras")
         model.save(partial)
         os.replace(partial, path)
+    except OSError as error:
+        raise _write_error("save", path, error, existed) from None
     finally:
-        if os.path.exists(partial):
-            os.remove(partial)
+        shutil.rmtree(scratch, ignore_errors=True)
     return path
+
+
+def _make_folder(path: str) -> str:
+    folder = os.path.dirname(os.path.abspath(path))
+    above = folder
+    while not os.path.lexists(above) and os.path.dirname(above) != above:
+        above = os.path.dirname(above)
+    if os.path.lexists(above) and not os.path.isdir(above):  # below a regular file
+        raise NotADirectoryError(errno.ENOTDIR, os.strerror(errno.ENOTDIR), above)
+    os.makedirs(folder, exist_ok=True)
+    return folder
+
+
+def _write_error(what: str, path: str, error: OSError, existed: bool) -> OSError:
+    """`error` again (same class and errno) saying the path, the errno in words, what is left."""
+    code = errno.errorcode.get(error.errno, str(error.errno))
+    where = f" ({error.filename})" if error.filename and error.filename != path else ""
+    left = (
+        f"the old {'file' if what == 'save' else 'export'} at {path!r} is intact"
+        if existed
+        else "nothing was written there"
+    )
+    if what == "export" and existed:
+        left = f"files at {path!r} may be partly overwritten"
+    text = (
+        f"{what}: cannot write {path!r}: {os.strerror(error.errno or 0)} [{code}]{where}; "
+        f"{left}. Free space, or choose a writable path (a directory, not below a file)."
+    )
+    return type(error)(error.errno, text)
 
 
 def export(model: keras.Model, dirpath, strategy: tf.distribute.Strategy, **kwargs) -> str:
@@ -70,6 +111,7 @@ def export(model: keras.Model, dirpath, strategy: tf.distribute.Strategy, **kwar
 
     Raises:
         ValueError: `dirpath` is a file, or the model has no weights yet.
+        OSError: the directory cannot be written (path and errno in words).
     """
     path = os.fspath(dirpath)
     if tf.io.gfile.exists(path) and not tf.io.gfile.isdir(path):
@@ -89,7 +131,19 @@ def export(model: keras.Model, dirpath, strategy: tf.distribute.Strategy, **kwar
         with tempfile.TemporaryDirectory(prefix="tfaccel-export-") as scratch:
             model.export(os.path.join(scratch, "model"), **kwargs)
         return path
-    model.export(path, **kwargs)
+    if "://" in path:
+        model.export(path, **kwargs)
+        return path
+    existed = os.path.exists(path)
+    try:
+        folder = _make_folder(os.path.join(path, "x"))  # the export directory itself
+        with tempfile.TemporaryFile(dir=folder):
+            pass
+        model.export(path, **kwargs)
+    except OSError as error:
+        raise _write_error("export", path, error, existed) from None
+    except tf.errors.OpError as error:  # TensorFlow's writers do not raise OSError
+        raise OSError(errno.EIO, f"export: cannot write {path!r}: {error.message}") from None
     return path
 
 
