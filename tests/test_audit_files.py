@@ -163,3 +163,12 @@ def test_save_into_a_read_only_directory_says_so(tmp_path, monkeypatch):
     monkeypatch.setattr(tempfile, "mkdtemp", refused)  # root may write anywhere
     with pytest.raises(PermissionError, match="Permission denied .EACCES.*nothing was written"):
         saving.save(small_model(), tmp_path / "model.keras", tf.distribute.get_strategy())
+
+
+def test_a_dangling_link_as_checkpoint_dir_is_named(tmp_path):
+    from tfaccel.train import checkpoint_files
+
+    link = tmp_path / "checkpoints"
+    os.symlink(tmp_path / "gone", link)
+    with pytest.raises(FileNotFoundError, match="symbolic link to .*gone.*dangling"):
+        checkpoint_files.check_directory(str(link), writable=True)

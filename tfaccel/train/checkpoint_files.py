@@ -30,6 +30,7 @@ def check_directory(directory: str, *, writable: bool) -> None:
     Raises:
         ValueError: `directory` is "" (e.g. an unset environment variable), which would
             put checkpoints in the working directory and clean up there.
+        FileNotFoundError: `directory` is a dangling symbolic link.
         NotADirectoryError: `directory` (or a parent) is a file.
         PermissionError: the directory cannot be created or written to.
     """
@@ -38,6 +39,12 @@ def check_directory(directory: str, *, writable: bool) -> None:
             "checkpoint_dir is an empty string (an unset environment variable?); it would "
             "write checkpoints into the working directory and rotate and clean up files "
             "there. Pass a directory path, or checkpoint_dir=None for no checkpoints."
+        )
+    if os.path.islink(directory) and not os.path.exists(directory):
+        raise FileNotFoundError(
+            f"checkpoint_dir={directory!r} is a symbolic link to {os.readlink(directory)!r}, "
+            "which does not exist (a dangling link). Create its target, point the link at "
+            "a directory, or pass another checkpoint_dir."
         )
     if tf.io.gfile.exists(directory) and not tf.io.gfile.isdir(directory):
         raise NotADirectoryError(
