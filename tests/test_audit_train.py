@@ -69,3 +69,106 @@ def test_ctrl_c_copies_the_trained_weights_back_to_a_compiled_model(mirrored):
         np.testing.assert_array_equal(got, want)
         assert not np.array_equal(got, before)
     assert tf.reduce_all(tf.math.is_finite(model.weights[0])).numpy()
+
+
+# -- compiled-model settings ----------------------------------------------------------------
+
+X = np.random.default_rng(1).normal(size=(32, 4)).astype("float32")
+Y = (X @ np.array([1.0, -2.0, 0.5, 3.0], "float32"))[:, None]
+
+
+def linear(name="out"):
+    keras.utils.set_random_seed(0)
+    inputs = keras.Input((4,), name="features")
+    return keras.Model(inputs, keras.layers.Dense(1, name=name)(inputs))
+
+
+def test_a_sum_reduction_trains_as_model_fit_does(mirrored):
+    reference = linear()
+    reference.compile(
+        optimizer=keras.optimizers.SGD(0.001), loss=keras.losses.MeanSquaredError(reduction="sum")
+    )
+    history = reference.fit(X, Y, batch_size=8, epochs=2, shuffle=False, verbose=0)
+    trainer = tfaccel.Trainer(
+        linear,
+        optimizer=lambda: keras.optimizers.SGD(0.001),
+        loss=keras.losses.MeanSquaredError(reduction="sum"),
+        strategy=mirrored,
+        steps_per_loop=2,
+    )
+    ours = trainer.fit(X, Y, batch_size=8, epochs=2, shuffle=False, verbose=0)
+    for got, want in zip(trainer.model.get_weights(), reference.get_weights(), strict=True):
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(ours.history["loss"], history.history["loss"], rtol=1e-4)
+
+
+def test_a_reduction_the_trainer_cannot_do_is_refused():
+    loss = keras.losses.MeanSquaredError(reduction="mean_with_sample_weight")
+    with pytest.raises(ValueError, match="reduction='mean_with_sample_weight'.*'sum'"):
+        tfaccel.Trainer(linear, loss=loss)
+
+
+def test_run_eagerly_is_refused_with_the_reason():
+    model = linear()
+    model.compile(optimizer="sgd", loss="mse", run_eagerly=True)
+    with pytest.raises(ValueError, match="run_eagerly=True.*tf.function"):
+        tfaccel.Trainer(model)
+
+
+def test_an_optimizer_that_trained_outside_the_scope_is_restarted_loudly(mirrored):
+    model = linear()
+    model.compile(optimizer=keras.optimizers.SGD(0.01, momentum=0.9), loss="mse")
+    model.fit(X, Y, batch_size=8, epochs=1, verbose=0)  # 4 steps
+    with pytest.warns(UserWarning, match="has trained 4 steps.*restart from 0"):
+        trainer = tfaccel.Trainer(model, strategy=mirrored)
+    assert int(trainer.optimizer.iterations.numpy()) == 0
+
+
+@pytest.mark.parametrize("key", [0.6, "zero", True])
+def test_class_weight_keys_must_be_class_indices(key):
+    trainer = tfaccel.Trainer(linear, loss="mse")
+    with pytest.raises(ValueError, match="class_weight keys must be class indices"):
+        trainer.fit(X, (Y > 0).astype("int32"), class_weight={key: 2.0}, epochs=1, verbose=0)
+
+
+def test_a_one_entry_loss_dict_is_accepted_as_model_fit_does():
+    trainer = tfaccel.Trainer(linear, loss={"out": "mse"}, steps_per_loop=1)
+    trainer.fit(X, Y, batch_size=8, epochs=1, verbose=0)
+    assert int(trainer.step.numpy()) == 4
+
+
+@pytest.mark.parametrize("loss", [["mse", "mae"], {"out": "mse", "other": "mae"}, {"typo": "mse"}])
+def test_losses_for_several_outputs_say_the_trainer_trains_single_output_models(loss):
+    with pytest.raises(ValueError, match="The Trainer trains single-output models"):
+        tfaccel.Trainer(linear, loss=loss)
+
+
+def test_sample_weights_one_row_short_are_named():
+    trainer = tfaccel.Trainer(linear, loss="mse")
+    with pytest.raises(ValueError, match="sample_weight has 31 rows but x has 32"):
+        trainer.fit(X, Y, sample_weight=np.ones(31), epochs=1, verbose=0)
+
+
+def test_sample_weights_of_the_wrong_shape_are_named():
+    trainer = tfaccel.Trainer(linear, loss="mse")
+    with pytest.raises(ValueError, match=r"sample_weight has shape \(32, 2\)"):
+        trainer.fit(X, Y[:, 0], sample_weight=np.ones((32, 2)), epochs=1, verbose=0)
+    data = tf.data.Dataset.from_tensor_slices((X, Y[:, 0], np.ones((32, 2), "float32"))).batch(8)
+    with pytest.raises(ValueError, match=r"sample weights have shape \(None, 2\)"):
+        trainer.fit(data, epochs=1, verbose=0)
+
+
+def test_a_misspelt_feature_key_is_named_up_front():
+    trainer = tfaccel.Trainer(linear, loss="mse")
+    with pytest.raises(ValueError, match=r"keys \['featurse'\].*no feature for \['features'\]"):
+        trainer.fit({"featurse": X}, Y, batch_size=8, epochs=1, verbose=0)
+
+
+def test_the_label_check_calls_a_custom_loss_on_real_labels():
+    def positive_targets(y_true, y_pred):
+        tf.debugging.assert_positive(y_true, message="targets must be positive")
+        return tf.reduce_mean(tf.square(y_true - y_pred), axis=-1)
+
+    trainer = tfaccel.Trainer(linear, loss=positive_targets, steps_per_loop=1)
+    trainer.fit(X, np.abs(Y) + 1.0, batch_size=8, epochs=1, verbose=0)
+    assert int(trainer.step.numpy()) == 4

@@ -74,7 +74,7 @@ def check(dataset, model, loss) -> None:
         return
     if output is not None:
         if kind is None:
-            _try_loss(loss, name, label, output)
+            _try_loss(loss, name, label, output, dataset)
         else:
             _check_shapes(kind, name, label, output)
     if _reads_values(kind, name, label):
@@ -215,13 +215,17 @@ def _broadcasts(label: tuple, output: tuple) -> bool:
     return all(a == b or a == 1 or b == 1 for a, b in zip(label[1:], output[1:], strict=True))
 
 
-def _try_loss(loss, name: str, label_spec: tf.TensorSpec, output: tuple) -> None:
-    """Calls an unknown loss once on zeros of the labels' and outputs' shapes."""
+def _try_loss(loss, name: str, label_spec: tf.TensorSpec, output: tuple, dataset) -> None:
+    """Calls an unknown loss once on two real labels (zeros when there is no batch) and
+    zero outputs of the model's shape."""
     label, output = _dims(label_spec.shape), _dims(output)
     if None in label[1:] or None in output[1:] or not callable(loss):
         return
-    y_true = tf.zeros((2, *label[1:]), label_spec.dtype)
-    y_pred = tf.zeros((2, *output[1:]), tf.float32)
+    try:  # real labels: a valid loss may assert what its targets hold (e.g. positive)
+        y_true = dataset.take(1).get_single_element()[1][:2]
+    except tf.errors.InvalidArgumentError:
+        y_true = tf.zeros((2, *label[1:]), label_spec.dtype)
+    y_pred = tf.zeros((int(tf.shape(y_true)[0]), *output[1:]), tf.float32)
     try:
         loss(y_true, y_pred)
     except (tf.errors.InvalidArgumentError, ValueError, TypeError) as error:

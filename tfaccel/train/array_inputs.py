@@ -126,8 +126,34 @@ def class_weights(y, class_weight: dict) -> np.ndarray:
     labels = np.round(labels).astype("int64")
     weights = np.ones(labels.shape[0], dtype="float32")
     for label, weight in class_weight.items():
+        if isinstance(label, (bool, np.bool_)) or not isinstance(label, numbers.Integral):
+            raise ValueError(
+                f"class_weight keys must be class indices (integers 0, 1, ...), got "
+                f"{label!r} ({type(label).__name__}) in {class_weight!r}. Key the weights by "
+                "the integer class, e.g. class_weight={0: 1.0, 1: 5.0}."
+            )
         weights[labels == int(label)] = weight
     return weights
+
+
+def check_sample_weight(x, y, weights) -> None:
+    """Raises ValueError unless `weights` has one row per example: shape (N,), (N, 1)
+    or the labels' shape."""
+    if weights is None or isinstance(weights, (dict, tuple)):
+        return
+    rows, shape = _rows(x), tuple(np.shape(weights))
+    labels = tuple(np.shape(y)) if not isinstance(y, (dict, tuple)) else None
+    if shape and shape[0] != rows:
+        raise ValueError(
+            f"sample_weight has {shape[0]} rows but x has {rows} examples; give one weight "
+            "per example (shape (N,))."
+        )
+    if shape not in ((rows,), (rows, 1), labels):
+        raise ValueError(
+            f"sample_weight has shape {shape}, but the weights of {rows} examples with "
+            f"labels of shape {labels} take shape ({rows},) (one weight per example) or the "
+            "labels' shape. Reduce or reshape the weights."
+        )
 
 
 def _with_weights(data):
@@ -255,6 +281,7 @@ def training_data(
         x = _check_arrays(x, "x")
         y = _check_arrays(y, "y")
         weights = _check_arrays(sample_weight, "sample_weight")
+        check_sample_weight(x, y, weights)
         if class_weight is not None and weights is not None:
             raise ValueError(
                 "class_weight and sample_weight were both given; pass one (multiply the class "
@@ -297,10 +324,13 @@ def evaluation_data(data, batch_size, strategy, y=None, sample_weight=None):
         )
     else:
         x = data
+    x, y = _check_arrays(x, "x"), _check_arrays(y, "y")
+    sample_weight = _check_arrays(sample_weight, "sample_weight")
+    check_sample_weight(x, y, sample_weight)
     return to_pipeline(
-        _check_arrays(x, "x"),
-        _check_arrays(y, "y"),
-        _check_arrays(sample_weight, "sample_weight"),
+        x,
+        y,
+        sample_weight,
         batch_size=_check_batch_size(batch_size, "validation_batch_size"),
         training=False,
         shuffle=False,

@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import numbers
+import warnings
 from typing import Any
 
 import keras
@@ -91,7 +92,8 @@ def resolve(model, strategy, *, optimizer, loss, loss_weights, metrics, weighted
     from tfaccel.train.arguments import build_optimizer
 
     given = read(model)
-    loss = choose(loss, given, "loss")
+    refuse_run_eagerly(model, given)
+    loss = single_loss(choose(loss, given, "loss"), model)
     require_loss(loss, given)
     model, source = model_in_scope(model, strategy)
     if metrics is None and weighted_metrics is None and given is not None:
@@ -124,6 +126,51 @@ def require_loss(loss, compiled: CompileSettings | None) -> None:
         "The model was compiled without a loss, and the Trainer got none. Pass loss=... to the "
         "Trainer, or compile the model with one: model.compile(optimizer, loss=..., metrics=...)."
     )
+
+
+def refuse_run_eagerly(model, given: CompileSettings | None) -> None:
+    """Raises ValueError for a model compiled with `run_eagerly=True`.
+
+    The Trainer's steps are `tf.function` loops run by a distribution strategy; running
+    them eagerly would be another trainer, so the setting is refused, not ignored.
+    """
+    if given is None or not getattr(model, "run_eagerly", False):
+        return
+    raise ValueError(
+        "The model was compiled with run_eagerly=True, but the Trainer runs its steps as "
+        "tf.function loops under a distribution strategy and cannot run them eagerly (code "
+        "that calls .numpy() inside the model would fail in the trace). Debug with "
+        "model.fit(..., run_eagerly=True), then compile without run_eagerly for the Trainer."
+    )
+
+
+def _output_names(model) -> list:
+    try:
+        return list(getattr(model, "output_names", None) or [])
+    except (AttributeError, ValueError):
+        return []
+
+
+def single_loss(loss, model):
+    """The loss of a single-output model: one loss, or the one entry of a dict or list.
+
+    Raises:
+        ValueError: losses for several outputs, or a dict key that is not the output's name.
+    """
+    if not isinstance(loss, (dict, list, tuple)):
+        return loss
+    names = _output_names(model)
+    entries = list(loss.values()) if isinstance(loss, dict) else list(loss)
+    wrong_key = isinstance(loss, dict) and names and next(iter(loss), None) not in names
+    if len(entries) != 1 or wrong_key:
+        raise ValueError(
+            f"loss={loss!r} gives {len(entries)} loss(es)"
+            + (f" for outputs {list(loss)}" if isinstance(loss, dict) else "")
+            + f", but the model's output is {names or 'one tensor'}. The Trainer trains "
+            "single-output models: pass one loss (e.g. loss='mse'), or train a multi-output "
+            "model with model.fit."
+        )
+    return entries[0]
 
 
 def loss_weight(loss_weights, model) -> float:
@@ -175,13 +222,19 @@ def optimizer_in_scope(optimizer, strategy):
         return optimizer
     if variables_in_scope(optimizer.variables, strategy):
         return optimizer
-    if int(optimizer.iterations.numpy()):
-        logger.info(
-            "The compiled optimizer was created outside the strategy's scope and has trained "
-            "%d steps; the Trainer makes a new one from its config, without that state.",
-            int(optimizer.iterations.numpy()),
+    fresh = type(optimizer).from_config(optimizer.get_config())
+    steps = int(optimizer.iterations.numpy())
+    if steps:
+        warnings.warn(
+            f"The optimizer ({type(optimizer).__name__}) was created outside the strategy's "
+            f"scope and has trained {steps} steps. The Trainer cannot use its variables, so "
+            "it trains with a new one made from its config: the step count (and a learning "
+            "rate schedule) restart from 0 and its slots (momentum, moments) are empty. To "
+            "continue, build the model and optimizer inside `with strategy.scope():`, or "
+            "resume from a Trainer checkpoint (fit(checkpoint_dir=...)).",
+            stacklevel=2,
         )
-    return type(optimizer).from_config(optimizer.get_config())
+    return fresh
 
 
 def metrics_in_scope(metrics, strategy):

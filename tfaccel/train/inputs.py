@@ -52,6 +52,47 @@ def check_elements(dataset: tf.data.Dataset, model) -> None:
             "tfaccel.data.pipeline(..., batch_size=...)."
         )
     _check_features(spec[0], model)
+    _check_input_names(spec[0], model)
+    if len(spec) == 3:
+        _check_weight_spec(spec[1], spec[2])
+
+
+def _check_input_names(x_spec, model) -> None:
+    """Raises when dict features miss an input the model names (e.g. a misspelt key)."""
+    from keras.src.models.functional import Functional
+
+    if not isinstance(x_spec, dict) or not isinstance(model, Functional):
+        return
+    names = []  # as Keras matches a dict of features: by the input layers' names
+    for tensor in model.inputs or []:
+        operation = getattr(getattr(tensor, "_keras_history", None), "operation", None)
+        names.append(getattr(operation, "name", None))
+    missing = [n for n in names if n and n not in x_spec]
+    if names and missing:
+        raise ValueError(
+            f"The features are a dict with keys {sorted(x_spec)}, but the model's inputs are "
+            f"named {names}: no feature for {missing}. Name the dict's keys after the "
+            "model's inputs (keras.Input(name=...))."
+        )
+
+
+def _check_weight_spec(label_spec, weight_spec) -> None:
+    """Raises when sample weights are not one per example (or one per label element)."""
+    if not isinstance(weight_spec, tf.TensorSpec) or not isinstance(label_spec, tf.TensorSpec):
+        return
+    weight, label = weight_spec.shape, label_spec.shape
+    if weight.rank is None or label.rank is None:
+        return
+    if weight.rank == 0:
+        return  # unbatched: check_elements says so
+    per_example = weight.rank == 1 or (weight.rank == 2 and weight[-1] in (1, None))
+    if per_example or weight.is_compatible_with(label):
+        return
+    raise ValueError(
+        f"The sample weights have shape {_shape(weight.as_list())}, but labels of shape "
+        f"{_shape(label.as_list())} take one weight per example (shape (batch,)) or one per "
+        "label element (the labels' shape). Reduce or reshape the weights in the pipeline."
+    )
 
 
 def _check_features(x_spec, model) -> None:

@@ -17,7 +17,9 @@ class PerExampleLoss:
     def __init__(self, loss, weight: float = 1.0):
         if isinstance(loss, str):
             loss = keras.losses.get(loss)
+        self.sums = False  # reduction="sum": the step's loss is the global batch's sum
         if isinstance(loss, keras.losses.Loss):
+            self.sums = _sums(loss)
             loss = copy.copy(loss)
             loss.reduction = None
             self.name = loss.name
@@ -49,6 +51,23 @@ class PerExampleLoss:
         if self.weight != 1.0:
             values *= self.weight
         return values
+
+
+_MEAN = ("sum_over_batch_size", "mean", None, "none")
+
+
+def _sums(loss: keras.losses.Loss) -> bool:
+    """Whether the loss sums over the batch (else it is a mean); refuses what it cannot do."""
+    reduction = getattr(loss, "reduction", "sum_over_batch_size")
+    if reduction == "sum":
+        return True
+    if reduction in _MEAN:
+        return False
+    raise ValueError(
+        f"The loss {loss.name!r} has reduction={reduction!r}, which the Trainer does not "
+        "support: it reduces per-example losses over the global batch of all replicas, as "
+        "a mean ('sum_over_batch_size', the default) or a sum ('sum'). Pass one of those."
+    )
 
 
 def _same_rank(y_true, y_pred):

@@ -87,6 +87,8 @@ class StepLoops:
         local = tf.shape(per_example)[0]
         if global_batch is None:
             global_batch = _global_batch(per_example)
+        if getattr(self.loss, "sums", False):  # reduction="sum": the global batch's sum
+            per_example *= tf.cast(global_batch, per_example.dtype)
         loss = tf.nn.compute_average_loss(per_example, global_batch_size=global_batch)
         if self.model.losses:
             regularization = tf.nn.scale_regularization_loss(tf.add_n(self.model.losses))

@@ -55,7 +55,10 @@ class Trainer:
             a `LossScaleOptimizer` when the dtype policy computes in float16. Default:
             the compiled model's, else "adam".
         loss: a `keras.losses.Loss`, a loss name, or `fn(y_true, y_pred)` returning one
-            loss per example. Default: the compiled model's (one is required).
+            loss per example (also the one entry of a dict or list, as `model.fit`).
+            Default: the compiled model's (one is required). A Loss's reduction is kept:
+            "sum_over_batch_size" (mean over the global batch) or "sum"; others are refused.
+            A model compiled with `run_eagerly=True` is refused (the steps are tf.functions).
         metrics: Keras metrics (objects or names such as "accuracy"; one alone, a list,
             or None); as in `model.compile` they ignore sample and class weights.
         loss_weights: a number multiplying the loss (a single-output model's
