@@ -38,13 +38,17 @@ def measured(**changes) -> rules.Measured:
         matmul_peak=1e10,
     )
     base.update(changes)
-    return rules.Measured(**base)
+    m = rules.Measured(**base)
+    if "real_s" not in changes:  # consistent with the parts: what the model predicts
+        m.real_s = rules.modelled_step_s(m)
+    return m
 
 
-def test_verdicts_follow_the_lowest_ceiling():
+def test_verdicts_follow_the_real_step():
     assert rules.verdict(measured()) == "compute"
-    slow_input = measured(input_s=0.05, pipeline=[("TensorSlice", None), ("Map", 1)])
-    assert rules.verdict(slow_input) == "input"
+    waits = dict(input_s=0.05, real_s=0.05, real_wait_s=0.04)
+    slow_input = measured(pipeline=[("TensorSlice", None), ("Map", 1)], **waits)
+    assert rules.verdict(slow_input) == "input" and rules.disagreement(slow_input) is None
     assert rules.verdict(measured(step_s=0.0001, call_overhead_s=0.002, steps_per_loop=1)) == (
         "host"
     )
@@ -52,11 +56,28 @@ def test_verdicts_follow_the_lowest_ceiling():
     assert rules.verdict(comm) == "communication"
     full = measured(memory={"peak_mb": 950.0, "capacity_mb": 1000.0, "what": "GPU"})
     assert rules.verdict(full) == "memory"
+    # Without a timed wait, the input alone decides.
+    assert rules.verdict(measured(input_s=0.05, real_wait_s=None)) == "input"
+
+
+def test_when_the_parts_disagree_the_real_step_is_trusted():
+    # The input alone read fast (a buffer, a warm iterator), the real step waited 80 %.
+    fast_alone = measured(input_s=0.0001, real_s=0.05, real_wait_s=0.04)
+    assert rules.verdict(fast_alone) == "input"
+    assert "disagree" in rules.disagreement(fast_alone)
+    step = rules.cached_step_s(fast_alone)
+    assert rules.effective_input_s(fast_alone) == pytest.approx(0.04 + step)  # prefetched
+    # The input alone read slow, the real step did not wait: not input.
+    slow_alone = measured(input_s=0.05, real_s=0.011, real_wait_s=0.0)
+    assert rules.verdict(slow_alone) == "compute" and "disagree" in rules.disagreement(slow_alone)
 
 
 def test_fixes_come_with_predicted_gains():
     slow_input = measured(
-        input_s=0.05, pipeline=[("TensorSlice", None), ("Map", 1), ("Batch", None)]
+        input_s=0.05,
+        real_s=0.061,
+        real_wait_s=0.05,
+        pipeline=[("TensorSlice", None), ("Map", 1), ("Batch", None)],
     )
     fixes = rules.fixes(slow_input)
     assert "num_parallel_calls" in fixes[0].action and fixes[0].gain > 1.3
@@ -69,6 +90,59 @@ def test_fixes_come_with_predicted_gains():
     # 64 × 1 MFLOP / 10 ms = 6.4 GFLOP/s against a 10 GFLOP/s peak: nothing to gain.
     near_peak = rules.fixes(measured())
     assert near_peak[0].software is False and "64%" in near_peak[0].why
+
+
+def test_input_fixes_use_their_measured_speedups_and_are_sorted_by_gain():
+    m = measured(
+        input_s=0.05,
+        real_s=0.05,
+        real_wait_s=0.04,
+        pipeline=[("Tensor", None), ("Generator", 1), ("Map", 1), ("Batch", None)],
+        input_speedups={"parallel_source": 3.0, "parallel_map": 1.2},
+        source_shards=8,
+    )
+    fixes = [f for f in rules.fixes(m) if f.stage == "input"]
+    unconditional = [f for f in fixes if f.condition is None]
+    gains = [f.gain for f in unconditional]
+    assert gains == sorted(gains, reverse=True)
+    first = fixes[0]
+    assert "from_generator(fn, shards=8)" in first.action and first.measured == 3.0
+    assert "measured: the pipeline read 3.00x as fast" in first.why
+    # Without prefetch the input and the step add up: real ÷ (input ÷ 3 + step).
+    assert first.gain == pytest.approx(0.05 / (0.05 / 3 + rules.cached_step_s(m)))
+    assert all(rules.worth_listing(f) for f in fixes)
+
+
+def test_a_fix_already_in_place_is_never_listed():
+    from tfaccel.data import plan
+
+    x = np.zeros((64, 4), np.float32)
+    y = np.zeros(64, np.int64)
+    ours = tfaccel.data.pipeline(
+        tfaccel.data.from_arrays(x, y), batch_size=8, training=True, preprocess=lambda a, b: (a, b)
+    )
+    stages = plan.graph_stages(ours)
+    assert stages[-1][0] == "Options" and plan.missing(stages) == []
+    m = measured(input_s=0.05, real_s=0.05, real_wait_s=0.045, pipeline=stages)
+    assert rules.verdict(m) == "input"
+    actions = " ".join(f.action for f in rules.fixes(m))
+    assert "prefetch" not in actions and "num_parallel_calls=tf.data.AUTOTUNE)" not in actions
+    assert "cache()" not in actions and "faster source" in actions
+
+
+def test_explain_names_what_a_foreign_pipeline_lacks():
+    def rows():
+        yield from range(4)
+
+    spec = tf.TensorSpec((), tf.int64)
+    foreign = tf.data.Dataset.from_generator(rows, output_signature=spec)
+    foreign = foreign.map(lambda v: v + tf.random.uniform((), 0, 2, tf.int64)).batch(2)
+    text = tfaccel.data.explain(foreign)
+    for words in ("parallel reading", "parallelism:", "prefetch:", "cache:"):
+        assert f"missing: {words}" in text, text
+    done = foreign.cache().prefetch(tf.data.AUTOTUNE)
+    assert "missing: prefetch" not in tfaccel.data.explain(done)
+    assert "missing: cache" not in tfaccel.data.explain(done)
 
 
 def test_only_a_map_that_runs_on_one_core_is_called_sequential():
@@ -170,7 +244,7 @@ def test_a_measured_gain_over_the_threshold_is_listed_whatever_the_verdict(stage
     # compute is so small a share of the step that the predicted whole-step gain is ~1.
     timings = {
         "host": dict(step_s=0.001, call_overhead_s=0.5, steps_per_loop=1),
-        "input": dict(step_s=0.001, input_s=0.5),
+        "input": dict(step_s=0.001, input_s=0.5, real_s=0.5, real_wait_s=0.49),
         "compute": dict(step_s=0.5),
     }[stage]
     m = measured(xla_speedup=1.24, **timings)

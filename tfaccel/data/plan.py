@@ -86,8 +86,10 @@ def plan_of(obj: Any) -> Plan:
         return obj.plan()
     if isinstance(obj, tf.data.Dataset):
         plan = Plan("tf.data pipeline (not built by tfaccel; read from its graph)")
-        for op in graph_ops(obj):
-            plan.add(op)
+        stages = graph_stages(obj)
+        for op, parallelism in stages:
+            plan.add(op, **({} if parallelism is None else {"parallel": _calls(parallelism)}))
+        plan.notes += [f"missing: {words}" for _, words in missing(stages)]
         return plan
     raise TypeError(
         f"explain() takes a tf.data.Dataset or what tfaccel.data.pipeline returned, "
@@ -122,7 +124,8 @@ def graph_ops(dataset: tf.data.Dataset) -> list[str]:
     Follows the main input chain back from the output, so an `interleave`'s inner
     datasets or a zip's second branch are not listed. Names are TensorFlow op
     names without their version suffix, e.g. `["TensorSlice", "ParallelMap",
-    "Cache", "Shuffle", "Batch", "Prefetch"]`.
+    "Cache", "Shuffle", "Batch", "Prefetch"]`; `Dataset.from_generator` (a flat_map
+    over a generator) is "Generator".
     """
     return [name for name, _ in graph_stages(dataset)]
 
@@ -147,9 +150,69 @@ def graph_stages(dataset: tf.data.Dataset) -> list[tuple[str, int | None]]:
             parallelism = _parallelism(node, inputs, nodes)
             if parallelism == 1 and _parallelized_by_tf_data(node, graph, dataset.options()):
                 parallelism = -1
-            stages.append((_short(node.op), parallelism))
+            short = _short(node.op)
+            if short == "FlatMap" and _reads_generator(node, graph):
+                short, parallelism = "Generator", 1  # Dataset.from_generator, read in turn
+            stages.append((short, parallelism))
         name = next((i for i in inputs if "Dataset" in nodes[i.split(":")[0]].op), "")
     return stages[::-1]
+
+
+# Operations that change nothing the doctor reasons about (they follow a pipeline's end).
+_PASS_THROUGH = ("Options", "Model", "MaxIntraOpParallelism", "PrivateThreadPool")
+
+
+def ends_with_prefetch(stages: list[tuple[str, int | None]]) -> bool:
+    """Whether the last real operation (options and the like aside) is a prefetch."""
+    real = [op for op, _ in stages if op not in _PASS_THROUGH]
+    return bool(real) and real[-1] == "Prefetch"
+
+
+def missing(stages: list[tuple[str, int | None]]) -> list[tuple[str, str]]:
+    """What a pipeline lacks, as `(key, words)`: "parallel_source" (a Python generator
+    read one element at a time), "parallel_map" (maps on one core), "prefetch" (the
+    input does not overlap the step), "cache" (maps redo their work every epoch). The
+    doctor's fixes and `explain` use these words."""
+    names = [op for op, _ in stages]
+    out = []
+    if any(op == "Generator" for op in names):
+        out.append(
+            (
+                "parallel_source",
+                "parallel reading: a Python generator is read one element at a time "
+                "(tfaccel.data.from_generator(fn, shards=N) reads N shards at once)",
+            )
+        )
+    sequential = [op for op, par in stages if op.endswith("Map") and par == 1]
+    if sequential:
+        out.append(
+            (
+                "parallel_map",
+                f"parallelism: {len(sequential)} map(s) run on one core at a time "
+                "(map(..., num_parallel_calls=tf.data.AUTOTUNE))",
+            )
+        )
+    if not ends_with_prefetch(stages):
+        out.append(
+            (
+                "prefetch",
+                "prefetch: the next batch is made only when the step asks for it "
+                "(end with .prefetch(tf.data.AUTOTUNE))",
+            )
+        )
+    if any(op.endswith("Map") for op in names) and not any(op.startswith("Cache") for op in names):
+        out.append(
+            (
+                "cache",
+                "cache: the maps redo their work every epoch (cache() after the "
+                "deterministic maps, if their output fits)",
+            )
+        )
+    return out
+
+
+def _calls(parallelism: int) -> str:
+    return "AUTOTUNE" if parallelism == -1 else str(parallelism)
 
 
 def _parallelism(node, inputs: list[str], nodes: dict) -> int | None:
@@ -175,6 +238,13 @@ def _parallelized_by_tf_data(node, graph, options: tf.data.Options) -> bool:
     name = node.attr["f"].func.name
     function = next((f for f in graph.library.function if f.signature.name == name), None)
     return function is not None and not function.signature.is_stateful
+
+
+def _reads_generator(node, graph) -> bool:
+    """Whether a flat_map's function makes a `Dataset.from_generator` dataset."""
+    name = node.attr["f"].func.name
+    function = next((f for f in graph.library.function if f.signature.name == name), None)
+    return function is not None and any(n.op == "GeneratorDataset" for n in function.node_def)
 
 
 def _short(op: str) -> str:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 import os
 import statistics
 import time
@@ -12,8 +11,8 @@ import psutil
 import tensorflow as tf
 
 from tfaccel import devices, precision
-from tfaccel.data.plan import graph_stages
-from tfaccel.doctor import measure, peak
+from tfaccel.data.plan import graph_stages, missing
+from tfaccel.doctor import measure, peak, variants
 from tfaccel.doctor import verdict as rules
 from tfaccel.doctor.report import Report
 from tfaccel.doctor.snapshot import Snapshot
@@ -183,6 +182,13 @@ def _state_of(runner) -> list:
     ]
 
 
+# Shares of the time left after the warm-up: compute alone (in rounds), the real step
+# (back to back), the input alone (a fresh iterator, back to back), the input fixes.
+SHARES = {"compute": 0.3, "real": 0.3, "input": 0.2, "fixes": 0.2}
+WINDOWS = 4  # back-to-back windows of the real step and of the input alone
+INPUT_LIMITED = 0.1  # the real step waits this share of its time or more: input limits
+
+
 def _measure(job: _Job, data, batch, began, budget_s, rounds):
     runner, strategy = job.runner, job.runner.strategy
     k = runner.batches_per_step
@@ -191,60 +197,66 @@ def _measure(job: _Job, data, batch, began, budget_s, rounds):
         tf.config.experimental.reset_memory_stats(gpu)
     real = adopt(iter(inputs.distribute(strategy, inputs.repeat(data), endless=True)))
     cached = adopt(iter(inputs.distribute(strategy, measure.one_batch(data), endless=True)))
-    # Warm-up: traces, autotuning, the first batch cached.
-    runner.train(real, 1)
+    # Warm-up: traces, the first batch cached, the real pipeline started.
     runner.train(cached, 1)
+    runner.train(real, 1)
     t1 = min(measure.train_calls(runner, cached, 1, 2)[0])
-    reads = adopt(iter(inputs.distribute(strategy, inputs.repeat(data), endless=True)))
-    read_s = min(measure.input_seconds(reads, 4, 2)) / 4
+    real1 = measure.train_calls(runner, real, 1, 1)[0][0]
 
     budget = budget_s or DEFAULT_BUDGET_S
     epoch = _epoch_steps(data, k)
     if budget_s is None and epoch:
         budget = max(budget, EPOCH_SHARE * epoch * t1)
+    left = max(budget - (time.perf_counter() - began), MIN_WINDOW_S * 8)
+    unmeasured = []
+
+    # Compute alone, in alternating rounds (the fastest call of each size counts).
     comm = runner.strategy.num_replicas_in_sync > 1
-    pieces = 5 if comm else 4
-    spent = time.perf_counter() - began
-    window = (budget - spent) / (rounds * pieces + 2)
+    pieces = 3 if comm else 2
+    window = left * SHARES["compute"] / (rounds * pieces)
     window = measure.agree(strategy, min(max(window, MIN_WINDOW_S), MAX_WINDOW_S))
     long_n = int(measure.agree(strategy, min(max(round(window / 3 / t1), 2), 10_000)))
-    read_n = int(measure.agree(strategy, min(max(round(window / 3 / read_s), 4), 10_000)))
-
-    # The real step runs at the job's steps per call (its setting, or what "auto" chose),
-    # capped at the long probe; "auto" not yet measured runs at the long probe.
-    host1, hostn = [], []
-    m = min(job.chosen or long_n, long_n)
-    real_calls = int(measure.agree(strategy, max(1, math.ceil(window / (m * t1)))))
     grads = measure.GradientLoops(runner.model, runner.loss, strategy) if comm else None
     if grads is not None:
         grads.seconds(True, cached, 1, 1)
         grads.seconds(False, cached, 1, 1)
     matmul = peak.MatmulPeak(n=1024) if not gpus else None
-    real_rounds, waits, with_ar, without_ar, reads_s = [], [], [], [], []
-    # Slow steps get fewer calls (the fastest of 2 still counts), so the budget holds.
+    host1, hostn, with_ar, without_ar = [], [], [], []
     ones = int(measure.agree(strategy, min(max(window / t1, 2), 5)))
     longs = 2 if long_n * t1 > window / 2 else 3
     for _ in range(rounds):
         host1 += measure.train_calls(runner, cached, 1, ones)[0]
         hostn += measure.train_calls(runner, cached, long_n, longs)[0]
-        times, results = measure.train_calls(runner, real, m, real_calls)
-        steps = sum(r.steps for r in results)
-        real_rounds.append(sum(times) / max(steps, 1))
-        if all(r.input_wait_s is not None for r in results):
-            waits.append(sum(r.input_wait_s for r in results) / max(steps, 1))
         if grads is not None:
             with_ar += grads.seconds(True, cached, long_n, longs)
             without_ar += grads.seconds(False, cached, long_n, longs)
-        reads_s += [t / read_n for t in measure.input_seconds(reads, read_n, 3)]
         if matmul is not None:
             matmul.measure(2)
     step_s, overhead_s = _fit(host1, hostn, long_n)
+
+    # The real step, back to back (the first window drains what the buffers held), at
+    # the job's steps per call, fewer where a call would overrun a window.
+    sub = measure.agree(strategy, max(left * SHARES["real"] / WINDOWS, MIN_WINDOW_S))
+    m = max(1, min(job.chosen or long_n, long_n, int(sub / 2 / max(real1, t1))))
+    m = int(measure.agree(strategy, m))
+    windows = measure.train_windows(runner, real, m, sub, WINDOWS)
+    steady = windows[1:] or windows
     n = int(measure.agree(strategy, job.chosen or loop_size.choose(overhead_s, step_s)))
-    real_s = statistics.median(real_rounds) - overhead_s / m + overhead_s / n
+    real_s = statistics.median(w[0] for w in steady) - overhead_s / m + overhead_s / n
+    waits = [w[1] for w in steady if w[1] is not None]
+
+    # The input alone: a fresh iterator (it pays what an epoch pays to start), read back
+    # to back through the same distribution layer as the step.
+    sub_in = measure.agree(strategy, max(left * SHARES["input"] / WINDOWS, MIN_WINDOW_S))
+    reads = adopt(iter(inputs.distribute(strategy, inputs.repeat(data), endless=True)))
+    startup_s, reads_s = measure.read_windows(reads, sub_in, WINDOWS)
+    if not reads_s:
+        unmeasured.append("the input alone (no batch within its window)")
+        reads_s = [startup_s]
     plain_s = None
     if not isinstance(strategy, type(tf.distribute.get_strategy())) or comm:
         plain = adopt(iter(inputs.sample_dataset(inputs.repeat(data))))
-        plain_s = min(measure.input_seconds(plain, read_n, 3)) / read_n
+        plain_s = _median_or(measure.read_windows(plain, sub_in / 2, 2)[1], None)
     all_reduce = None
     if grads is not None:
         all_reduce = max((min(with_ar) - min(without_ar)) / long_n, 0.0)
@@ -262,23 +274,68 @@ def _measure(job: _Job, data, batch, began, budget_s, rounds):
         accumulate_steps=k,
         step_s=step_s,
         call_overhead_s=overhead_s,
-        input_s=min(reads_s) * k,
+        input_s=statistics.median(reads_s) * k,
         plain_input_s=None if plain_s is None else plain_s * k,
         real_s=max(real_s, 1e-9),
         real_wait_s=statistics.median(waits) if waits else None,
         all_reduce_s=all_reduce,
         gradient_mb=measure.gradient_bytes(model) / MB,
         cores=_cores(),
-        pipeline=graph_stages(inputs.sample_dataset(data)),
+        pipeline=graph_stages(sample),
         memory=_memory(gpus, model, runner.optimizer),
         dtype_policy=model.dtype_policy.name,
         jit_compile=bool(getattr(runner, "jit_compile", False)),
         gpu_capability=_capability(gpus),
+        input_startup_s=startup_s,
     )
     if matmul is not None:
         measured.flops_per_example = peak.training_flops_per_example(model, sample.element_spec[0])
         measured.matmul_peak = matmul.best
+    if measured.real_wait_s is None:
+        unmeasured.append("the real step's wait for input (not timed in this loop)")
+    deadline = began + budget
+    unmeasured += _measure_input_fixes(strategy, sample, measured, deadline)
+    measured.unmeasured = unmeasured
     return measured, _notes(measured, strategy, job), budget
+
+
+def _median_or(values, default):
+    return statistics.median(values) if values else default
+
+
+def _measure_input_fixes(strategy, sample, measured: rules.Measured, deadline: float) -> list:
+    """Times the pipeline with each missing parallelism applied (`variants`) against the
+    pipeline as it is, read the same way (no distribution layer): sets
+    `measured.input_speedups`; returns what could not be measured in time."""
+    wanted = {key for key, _ in missing(measured.pipeline)} & {"parallel_map", "parallel_source"}
+    if not wanted:
+        return []
+    shards = max(2 * measured.cores, 4)
+    made = {}
+    if "parallel_source" in wanted:
+        made["parallel_source"] = variants.parallel_source(sample, shards)
+    if "parallel_map" in wanted:
+        made["parallel_map"] = variants.parallel_maps(sample)
+    # One agreed window each: the pipeline as it is, then each variant.
+    seconds = (deadline - time.perf_counter()) / (len(made) + 1) / 2
+    seconds = measure.agree(strategy, max(seconds, 0.0))
+    skipped = [
+        f"the {key.replace('_', ' ')} fix (not rewritable)" for key, v in made.items() if v is None
+    ]
+    made = {key: v for key, v in made.items() if v is not None}
+    if seconds < MIN_WINDOW_S:
+        return skipped + [f"the {key.replace('_', ' ')} fix (no time left)" for key in made]
+    base = _median_or(measure.read_windows(adopt(iter(sample.repeat())), seconds, 2)[1], None)
+    speedups = {}
+    for key, dataset in made.items():
+        after = measure.read_windows(adopt(iter(dataset.repeat())), seconds, 2)[1]
+        if base and after:
+            speedups[key] = base / statistics.median(after)
+        else:
+            skipped.append(f"the {key.replace('_', ' ')} fix (no batch within its window)")
+    measured.input_speedups = speedups
+    measured.source_shards = shards
+    return skipped
 
 
 def _measure_precision(job: _Job, data, measured: rules.Measured) -> list[str]:

@@ -52,6 +52,65 @@ def input_seconds(iterator, batches: int, calls: int) -> list[float]:
     return times
 
 
+@tf.function
+def _drain_for(iterator, seconds, most):
+    """Reads batches until `seconds` have passed (checked after each batch) or `most`
+    were read; returns (batches read, seconds) — timed in the graph, each reading of the
+    clock tied to the batch just read (else it may run before the read)."""
+    start = tf.timestamp()
+    done = tf.constant(0, tf.int64)
+    elapsed = tf.constant(0.0, tf.float64)
+    while done < most and elapsed < seconds:
+        optional = iterator.get_next_as_optional()
+        if not optional.has_value():
+            break
+        done += 1
+        with tf.control_dependencies(
+            tf.nest.flatten(optional.get_value(), expand_composites=True)[:1]
+        ):
+            elapsed = tf.timestamp() - start
+    return done, elapsed
+
+
+def read_windows(iterator, seconds: float, windows: int, most: int = 10_000_000):
+    """Reads `iterator` back to back for `windows` windows of `seconds` each; the first
+    batch is timed alone first (a fresh iterator's start-up: opening files, filling
+    buffers). Returns (start-up seconds, [seconds per batch of each window]).
+
+    Back to back: no pause lets the pipeline's buffers fill between windows. A window
+    ends at the first batch that finishes after its time, so one slow batch can
+    overrun it by at most itself."""
+    done, first = _drain_for(iterator, tf.constant(1e9, tf.float64), tf.constant(1, tf.int64))
+    per_batch = []
+    for _ in range(windows):
+        count, took = _drain_for(
+            iterator, tf.constant(seconds, tf.float64), tf.constant(most, tf.int64)
+        )
+        if int(count):
+            per_batch.append(float(took) / int(count))
+    return float(first), per_batch
+
+
+def train_windows(runner, iterator, steps: int, seconds: float, windows: int):
+    """The real step, back to back, in `windows` windows of about `seconds` each (calls
+    of `steps` steps until a window's time has passed). Returns one
+    `(seconds per step, input wait per step or None)` per window."""
+    out = []
+    for _ in range(windows):
+        took, ran, waited, start = 0.0, 0, 0.0, time.perf_counter()
+        while took < seconds:
+            result = runner.train(iterator, steps)
+            took = time.perf_counter() - start
+            ran += result.steps
+            waited = (
+                None
+                if waited is None or result.input_wait_s is None
+                else (waited + result.input_wait_s)
+            )
+        out.append((took / max(ran, 1), None if waited is None else waited / max(ran, 1)))
+    return out
+
+
 def gradient_bytes(model) -> int:
     """Bytes of one gradient of every trainable variable (what the all-reduce moves)."""
     total = 0

@@ -74,6 +74,7 @@ class Report:
             "compute_fraction_of_peak": rules.compute_fraction_of_peak(m),
             "largest_batch": rules.largest_batch(m),
             "fixes": [dataclasses.asdict(f) for f in self.fixes],
+            "disagreement": rules.disagreement(m),
             "notes": list(self.notes),
             "cost_s": self.cost_s,
             "budget_s": self.budget_s,
@@ -103,6 +104,14 @@ class Report:
             lines.append(
                 f"  in the real step, waiting for input: {m.real_wait_s / m.real_s:.0%} of its time"
             )
+        if m.input_startup_s is not None:
+            lines.append(
+                f"  a fresh input iterator's first batch: {m.input_startup_s * 1e3:,.1f} ms "
+                "(paid again each epoch a pipeline is re-iterated)"
+            )
+        disagreement = rules.disagreement(m)
+        if disagreement:
+            lines.append(f"  {disagreement[0].upper()}{disagreement[1:]}.")
         lines.append(self._memory_line())
         lines.append(self._compute_line())
         lines.append("Fixes, best first (predicted examples/s after ÷ now):")
@@ -111,6 +120,8 @@ class Report:
         for i, fix in enumerate(self.fixes, 1):
             lines.append(f"  {i}. [{fix.stage}] {fix.line()}")
         lines += [f"Note: {n}" for n in self.notes]
+        if m.unmeasured:
+            lines.append(f"Not measured within the budget: {'; '.join(m.unmeasured)}.")
         lines.append(
             f"Diagnosis took {self.cost_s:.1f} s (budget {self.budget_s:.0f} s); timings on a "
             "shared machine are noisy: re-run to compare."

@@ -1,28 +1,29 @@
-"""From measured seconds to a verdict and ranked fixes (pure arithmetic, no TensorFlow).
+"""From measured seconds to a verdict and ranked fixes (arithmetic; no TensorFlow work).
 
 A training step is split into the parts measured by `diagnose` (seconds per step):
 
-- input: the time the (distributed) input pipeline takes to deliver one batch alone;
+- input: the input pipeline alone, one batch, from a fresh iterator read back to back;
 - compute: the step on one cached batch, less the all-reduce and the per-call overhead;
 - communication: the gradient all-reduce (with vs without it, ≥ 2 replicas);
-- host: the per-call overhead (a call of 1 step vs a long call) over the steps per call.
+- host: the per-call overhead (a call of 1 step vs a long call) over the steps per call;
+- and the real step on the real data, with its wait for input timed inside its graph.
 
 Each part's ceiling is the examples/s the job would reach if that part alone limited
-it (global batch / its seconds). Compute, communication and host run one after the
-other in a step; the input pipeline runs beside them (prefetch). So the verdict is:
+it (global batch / its seconds). The verdict:
 
 1. **memory** when the peak reaches `MEMORY_FULL` (90 %) of the capacity;
-2. else **input** when the input's ceiling is below the rate of the step on cached
-   data (compute + communication + host): the pipeline cannot keep up;
-3. else the serial part with the lowest ceiling (the largest share of the step):
-   **compute**, **communication** or **host**.
+2. else the largest part of the real step: its wait for input (**input**), or the
+   cached step's **compute**, **communication** or **host** part. The real step's
+   evidence comes first: when the input alone looks fast but the real step waits, the
+   report says the parts disagree and trusts the real step (`disagreement`). Without
+   a timed wait, input when its ceiling is below the cached step's rate.
 
-Predicted gains compare the modelled step before and after the fix, both from the
-measured parts: a pipeline that ends with prefetch overlaps input and step,
-`max(t_in, t_step)`; one without adds them, `t_in + t_step`. (The real step may be
-slower than this model when input and step share a CPU's cores; the report shows both.)
-Fixes that hold only under a condition (a cache needs deterministic maps) are ranked
-after the unconditional ones of their stage.
+Predicted gains are the real step measured ÷ the step modelled with the fix: with
+prefetch input and step overlap, `max(t_in, t_step)`; without, `t_in + t_step`, where
+`t_in` is the input as the real step saw it (`effective_input_s`). Input fixes are
+timed on the pipeline with the fix applied where that is cheap (`doctor.variants`).
+Fixes are sorted by predicted gain; those that hold only under a condition (a cache
+needs deterministic maps) come after the others of their stage.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from __future__ import annotations
 import dataclasses
 import math
 
+from tfaccel.data.plan import ends_with_prefetch, missing
 from tfaccel.train import loop_size
 
 MEMORY_FULL = 0.9  # peak / capacity from which memory is the verdict
@@ -37,6 +39,7 @@ NEAR_PEAK = 0.5  # compute at this share of the matmul peak or more: nothing to 
 COMMUNICATION_TARGET = 0.10  # accumulate until the all-reduce is under this share of a step
 MAX_ACCUMULATE = 16
 MIN_GAIN = 1.05  # fixes predicted (or measured) to gain less are not listed
+INPUT_LIMITED = 0.1  # the real step waiting this share of its time is waiting on input
 STAGES = ("input", "compute", "communication", "host")
 
 
@@ -72,6 +75,10 @@ class Measured:
     matmul_peak_policy: str = "float32"  # the policy whose matmul peak is `matmul_peak`
     precision_rates: dict | None = None  # examples/s of the passes per candidate policy
     precision_why: str = ""  # the candidates' reason (one candidate: nothing to measure)
+    input_startup_s: float | None = None  # a fresh iterator's first batch (once an epoch)
+    input_speedups: dict | None = None  # the input alone with a fix applied, ÷ as it is
+    source_shards: int = 4  # the shards `input_speedups["parallel_source"]` was read in
+    unmeasured: list = dataclasses.field(default_factory=list)  # named, not guessed
 
     def precision_speedup(self) -> tuple[str, float] | None:
         """`(policy, its passes' rate ÷ the current policy's)` for the fastest other one."""
@@ -135,10 +142,50 @@ def verdict(m: Measured) -> str:
     fraction = memory_fraction(m)
     if fraction is not None and fraction >= MEMORY_FULL:
         return "memory"
+    p = parts(m)
+    if m.real_wait_s is not None:  # the real step's own evidence comes first
+        p["input"] = m.real_wait_s
+        return max(("input", "compute", "communication", "host"), key=lambda k: p[k])
     if m.input_s > cached_step_s(m):
         return "input"
-    p = parts(m)
     return max(("compute", "communication", "host"), key=lambda k: p[k])
+
+
+def input_limited(m: Measured) -> bool:
+    """Whether the real step waited for input `INPUT_LIMITED` of its time or more."""
+    return m.real_wait_s is not None and m.real_wait_s >= INPUT_LIMITED * m.real_s
+
+
+def effective_input_s(m: Measured) -> float:
+    """The input's seconds per batch as the real step saw them: where it waited for
+    input, the wait plus (with prefetch, which overlaps them) the step; else the input
+    alone. The two disagree when the input alone runs with the cores to itself, or its
+    reading missed what the real step pays (see `disagreement`)."""
+    if not input_limited(m):
+        return m.input_s
+    seen = m.real_wait_s + (cached_step_s(m) if prefetched(m) else 0.0)
+    return max(seen, m.input_s)
+
+
+def disagreement(m: Measured) -> str | None:
+    """A sentence when the input alone and the real step tell different stories."""
+    if m.real_wait_s is None:
+        return None
+    alone_limits = m.input_s > cached_step_s(m)
+    if input_limited(m) and not alone_limits:
+        return (
+            f"the parts disagree: the input alone delivered {m.batch / m.input_s:,.0f} "
+            f"examples/s, faster than the cached step, yet the real step waited for input "
+            f"{m.real_wait_s / m.real_s:.0%} of its time; the verdict trusts the real step "
+            "(on a CPU the pipeline and the step share the cores)"
+        )
+    if alone_limits and m.real_wait_s < INPUT_LIMITED * m.real_s:
+        return (
+            f"the parts disagree: the input alone was slower than the cached step, yet the "
+            f"real step waited for input only {m.real_wait_s / m.real_s:.0%} of its time; "
+            "the verdict trusts the real step"
+        )
+    return None
 
 
 def compute_fraction_of_peak(m: Measured) -> float | None:
@@ -171,18 +218,22 @@ def fixes(m: Measured) -> list[Fix]:
         "memory": _memory_fixes(m),
     }
     first = verdict(m)
-    # Measured fixes before modelled ones (a bound), conditional ones last.
+    # By predicted gain; conditional ones (a bound that holds only if...) last.
     ranked = sorted(
-        found.pop(first),
-        key=lambda f: (f.condition is not None, f.measured is None, -(f.gain or 0.0)),
+        [f for f in found.pop(first) if f.gain is None or not f.software or worth_listing(f)],
+        key=_rank,
     )
     others = [f for fs in found.values() for f in fs if worth_listing(f)]
-    return ranked + sorted(others, key=lambda f: -(f.gain or 0.0))
+    return ranked + sorted(others, key=_rank)
+
+
+def _rank(fix: Fix) -> tuple:
+    return (fix.condition is not None, -(fix.gain or 0.0), fix.measured is None)
 
 
 def prefetched(m: Measured) -> bool:
     """Whether the input pipeline ends with a prefetch (input overlaps the step)."""
-    return bool(m.pipeline) and m.pipeline[-1][0] == "Prefetch"
+    return ends_with_prefetch(m.pipeline)
 
 
 def modelled_step_s(
@@ -192,57 +243,57 @@ def modelled_step_s(
     prefetch: bool | None = None,
 ) -> float:
     """The step the parts predict: max(t_in, t_step) with prefetch, t_in + t_step without."""
-    t_in = m.input_s if t_in is None else t_in
+    t_in = effective_input_s(m) if t_in is None else t_in
     t_step = cached_step_s(m) if t_step is None else t_step
     prefetch = prefetched(m) if prefetch is None else prefetch
     return max(t_in, t_step) if prefetch else t_in + t_step
 
 
 def _gain(m: Measured, **after) -> float:
-    return modelled_step_s(m) / max(modelled_step_s(m, **after), 1e-12)
+    """The real step measured ÷ the step modelled with the fix (`after`)."""
+    return m.real_s / max(modelled_step_s(m, **after), 1e-12)
 
 
 def _input_fixes(m: Measured) -> list[Fix]:
-    """From the pipeline's operations: sequential map, no prefetch, no cache.
-
-    A map on all `cores` instead of one: t_in / cores. Prefetch: the input overlaps the
-    step. A cache after the maps: the input's work is gone from the second epoch (t_in 0).
-    """
-    names = [op for op, _ in m.pipeline]
+    """From what the pipeline lacks (`tfaccel.data.plan.missing`, the words `explain`
+    uses), each predicted from its mechanism: parallel reading and parallel maps timed
+    with the fix applied to the pipeline's graph (`input_speedups`; else a model: the
+    maps on all cores), prefetch overlapping the input with the step, a cache removing
+    the input's work from the second epoch."""
+    t_in = effective_input_s(m)
+    speedups = m.input_speedups or {}
     out = []
-    sequential = [op for op, par in m.pipeline if op.endswith("Map") and par == 1]
-    if sequential:
-        out.append(
-            Fix(
-                "input",
-                "map(..., num_parallel_calls=tf.data.AUTOTUNE)",
-                _gain(m, t_in=m.input_s / max(m.cores, 1)),
-                f"{len(sequential)} map(s) run on one core at a time; {m.cores} cores here "
-                "(tfaccel.data.pipeline's preprocess= is parallel already; data.explain "
-                "shows the order)",
+    for key, words in missing(m.pipeline):
+        what = words.split(": ", 1)[1].split(" (")[0]  # the problem, not the remedy
+        if key == "parallel_source":
+            measured = speedups.get("parallel_source")
+            action = f"tfaccel.data.from_generator(fn, shards={m.source_shards})"
+            out.append(_input_fix(m, action, measured, what, t_in, m.source_shards))
+        elif key == "parallel_map":
+            measured = speedups.get("parallel_map")
+            action = "map(..., num_parallel_calls=tf.data.AUTOTUNE)"
+            out.append(_input_fix(m, action, measured, what, t_in, m.cores))
+        elif key == "prefetch":
+            out.append(
+                Fix(
+                    "input",
+                    "end the pipeline with .prefetch(tf.data.AUTOTUNE)",
+                    _gain(m, prefetch=True),
+                    f"{what}; with it the input overlaps the step",
+                )
             )
-        )
-    if not prefetched(m):
-        out.append(
-            Fix(
-                "input",
-                "end the pipeline with .prefetch(tf.data.AUTOTUNE)",
-                _gain(m, prefetch=True),
-                "without it the next batch is made only when the step asks for it",
+        elif key == "cache":
+            out.append(
+                Fix(
+                    "input",
+                    "cache() after the maps (augment after it)",
+                    _gain(m, t_in=0.0),
+                    f"{what}; from the second epoch their output is read back from memory "
+                    "or disk (tfaccel.data.pipeline(cache=...)); the prediction is for the "
+                    "epochs after the first",
+                    condition="if the maps are deterministic and their output fits",
+                )
             )
-        )
-    has_map = any(op.endswith("Map") for op in names)
-    if has_map and not any(op.startswith("Cache") for op in names):
-        out.append(
-            Fix(
-                "input",
-                "cache() after the maps (augment after it)",
-                _gain(m, t_in=0.0),
-                "from the second epoch the maps' work is read back from memory or disk "
-                "(tfaccel.data.pipeline(cache=...))",
-                condition="if the maps are deterministic and their output fits",
-            )
-        )
     if not out:
         out.append(
             Fix(
@@ -254,6 +305,18 @@ def _input_fixes(m: Measured) -> list[Fix]:
             )
         )
     return out
+
+
+def _input_fix(m: Measured, action: str, measured, what: str, t_in: float, model: int) -> Fix:
+    """A fix that makes the input `measured` times faster (else `model` times, unmeasured)."""
+    speedup = measured if measured is not None else float(max(model, 1))
+    how = (
+        f"measured: the pipeline read {measured:.2f}x as fast with it"
+        if measured is not None
+        else f"not measured: modelled as {speedup:.0f}x"
+    )
+    gain = _gain(m, t_in=t_in / max(speedup, 1e-9))
+    return Fix("input", action, gain, f"{what}; {how}", measured=measured)
 
 
 def _host_fixes(m: Measured) -> list[Fix]:
@@ -384,13 +447,18 @@ def _compute_fixes_unmeasured(m: Measured) -> list[Fix]:
                 )
             ]
         known = "" if fraction is None else f" at {fraction:.0%} of the matmul peak"
+        bound = None if fraction is None else min(1.0 / max(fraction, 1e-3), 10.0)
+        compute = parts(m)["compute"]
         return [
             Fix(
                 "compute",
                 "a larger batch (tfaccel.tuning.find_batch_size measures examples/s per batch)",
-                None if fraction is None else min(1.0 / max(fraction, 1e-3), 10.0),
+                None
+                if bound is None
+                else _gain(m, t_step=cached_step_s(m) - compute * (1 - 1 / bound)),
                 f"the step computes{known}; larger matrices run closer to the peak (the "
                 "prediction is that bound)",
+                condition="if a larger batch fits and trains as well (scale the learning rate)",
             )
         ]
     out = []
