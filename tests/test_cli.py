@@ -82,12 +82,30 @@ def test_doctor_diagnoses_a_recipe_instead_of_training(tmp_path):
     assert not (out / "checkpoints").exists() and not (out / "history.csv").exists()
 
 
-def test_doctor_refuses_what_it_cannot_run(tmp_path, capsys):
+def test_doctor_refuses_what_it_cannot_run(tmp_path, capfd):
     assert cli.main(["doctor", str(tmp_path / "missing.py")]) == 2
-    assert "no recipe file" in capsys.readouterr().err
+    assert "no recipe file" in capfd.readouterr().err
     plain = tmp_path / "plain.py"
     plain.write_text("print('trains without a doctor')\n")
-    assert cli.main(["doctor", str(plain)]) == 2
-    assert "has no --doctor option" in capsys.readouterr().err
+    assert cli.main(["doctor", str(plain)]) == 3  # it ran: no fit to diagnose
+    assert "ended without calling model.fit or Trainer.fit" in capfd.readouterr().err
     assert cli.main(["doctor", "--budget", "0", "recipes/digits.py"]) == 2
-    assert "--budget must be > 0" in capsys.readouterr().err
+    assert "--budget must be > 0" in capfd.readouterr().err
+
+
+def test_doctor_diagnoses_a_plain_script_at_its_first_fit(tmp_path):
+    # TensorFlow's tf.data guide's naive job, unchanged: a generator read one element at
+    # a time (sleeping to open and read), a small compiled model, model.fit on the dataset.
+    out = tmp_path / "report"
+    script = "tests/scripts/guide_naive.py"
+    result = run_cli("doctor", "--budget", "8", "--out", str(out), script)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "intercepted Sequential.fit" in result.stdout
+    assert "AFTER FIT" not in result.stdout  # the script stops at its fit
+    assert "Verdict: input-bound" in result.stdout, result.stdout
+    report = json.loads((out / "doctor.json").read_text())
+    assert "from_generator(fn, shards=" in report["fixes"][0]["action"], result.stdout
+    # Arrays given to model.fit are read as model.fit reads them (batched by batch_size).
+    arrays = run_cli("doctor", "--budget", "3", script, "--arrays")
+    assert arrays.returncode == 0, arrays.stderr[-3000:]
+    assert "a step of 16" in arrays.stdout and "AFTER FIT" not in arrays.stdout

@@ -133,16 +133,28 @@ def _tune_batch_size(args: argparse.Namespace) -> int:
 
 
 def _doctor(args: argparse.Namespace) -> int:
+    """A recipe with a `--doctor` option runs it; any other script runs under
+    `tfaccel.doctor.script`, which diagnoses its first `fit`."""
+    import pathlib
+    import subprocess
+
     if args.budget is not None and not args.budget > 0:
         print(f"tfaccel doctor: --budget must be > 0 seconds, got {args.budget}", file=sys.stderr)
         return 2
-    missing = (
-        "Build its parser with common.parser(..., doctor=True) and call "
-        "common.doctor(run, trainer, train) in place of trainer.fit when args.doctor is set "
-        "(or call tfaccel.doctor.diagnose(trainer, train_data) yourself)."
-    )
+    script = pathlib.Path(args.recipe)
+    if script.is_file() and script.suffix == ".py":
+        if "--doctor" not in script.read_text(errors="replace"):
+            recipe_args = (
+                args.recipe_args[1:] if args.recipe_args[:1] == ["--"] else args.recipe_args
+            )
+            budget = [] if args.budget is None else ["--budget", str(args.budget)]
+            out = [] if args.out is None else ["--out", args.out]
+            runner = [sys.executable, "-m", "tfaccel.doctor.script", *budget, *out]
+            return subprocess.call([*runner, str(script), *recipe_args])
     budget = [] if args.budget is None else ["--doctor-budget", str(args.budget)]
-    return _run_recipe("doctor", "--doctor", missing, args, budget)
+    if args.out is not None:
+        budget += ["--out", args.out]
+    return _run_recipe("doctor", "--doctor", "", args, budget)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -194,12 +206,16 @@ def build_parser() -> argparse.ArgumentParser:
     tune.set_defaults(handler=_tune_batch_size)
     doctor = commands.add_parser(
         "doctor",
-        help="diagnose what limits a recipe's training (input, compute, communication, host, "
+        help="diagnose what limits a script's training (input, compute, communication, host, "
         "memory) and print the report",
-        description="Runs `python RECIPE.py --doctor [recipe arguments]`: the recipe builds its "
-        "Trainer and input pipeline, then, instead of training, runs "
-        "tfaccel.doctor.diagnose for a bounded time, prints the verdict, the measured rates "
-        "and the ranked fixes, and saves doctor.json and doctor.png under its --out.",
+        description="Runs SCRIPT.py (with its arguments) until its first model.fit or "
+        "Trainer.fit, and instead of training runs tfaccel.doctor.diagnose on that model and "
+        "data for a bounded time, prints the verdict, the measured rates and the ranked fixes "
+        "(doctor.json and doctor.png under --out), and exits; the script is not changed. "
+        "A recipe with a --doctor option (recipes/) is run with it.",
+    )
+    doctor.add_argument(
+        "--out", metavar="DIR", help="save doctor.json and doctor.png in DIR (a recipe: its --out)"
     )
     doctor.add_argument(
         "--budget",
@@ -209,7 +225,7 @@ def build_parser() -> argparse.ArgumentParser:
         "doctor's, 60 s or 5%% of an epoch)",
     )
     doctor.add_argument(
-        "recipe", metavar="RECIPE.py", help="a recipe script, e.g. recipes/digits.py"
+        "recipe", metavar="SCRIPT.py", help="a training script, e.g. train.py or recipes/digits.py"
     )
     doctor.add_argument("recipe_args", nargs=argparse.REMAINDER, metavar="...")
     doctor.set_defaults(handler=_doctor)
