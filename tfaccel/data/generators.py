@@ -26,6 +26,7 @@ def from_generator(
     *,
     shards: int | None = None,
     deterministic: bool | None = None,
+    count: int | None = None,
 ) -> tf.data.Dataset:
     """A source reading `fn`'s generator(s): one, or `shards` of them in parallel.
 
@@ -40,6 +41,10 @@ def from_generator(
         deterministic: with shards, True interleaves them in a fixed order (shard 0's
             first element, shard 1's first, ...), False takes whichever is ready first;
             None leaves it to the pipeline (`tfaccel.data.pipeline`'s `deterministic`).
+        count: how many elements all shards yield together, if known. A generator's length
+            is unknown to tf.data, so `pipeline(shuffle_buffer="auto")` would size the buffer
+            by its memory budget alone and read that many elements before the first batch;
+            with `count` the buffer is capped at it (and a wrong count fails when read).
 
     Returns:
         An unbatched dataset. Under several input pipelines (multi-worker),
@@ -59,10 +64,14 @@ def from_generator(
     bad = isinstance(shards, bool) or not isinstance(shards, (int, type(None)))
     if bad or (shards is not None and shards < 1):
         raise ValueError(f"from_generator: shards must be a positive int or None, got {shards!r}.")
+    if count is not None and (isinstance(count, bool) or not isinstance(count, int) or count < 0):
+        raise ValueError(f"from_generator: count must be an int >= 0 or None, got {count!r}.")
     _check_arity(fn, 0 if shards is None else 2)
+    known = tf.data.experimental.assert_cardinality(count) if count is not None else None
     name = getattr(fn, "__name__", type(fn).__name__)
     if shards is None:
         dataset = tf.data.Dataset.from_generator(fn, output_signature=output_signature)
+        dataset = dataset.apply(known) if known else dataset
         info = SourceInfo("generator", {"fn": name, "read": "one element at a time"})
         return attach_source(dataset, info)
 
@@ -83,7 +92,8 @@ def from_generator(
     raw = tf.data.Dataset.range(shards)
     details = {"fn": name, "shards": shards, "read": f"{shards} at once"}
     info = SourceInfo("generator", details, raw=raw, finish=read, units="shards", count=shards)
-    return attach_source(read(raw), info)
+    dataset = read(raw)
+    return attach_source(dataset.apply(known) if known else dataset, info)
 
 
 def _check_arity(fn: Callable, wanted: int) -> None:
