@@ -99,6 +99,7 @@ def main():
     parser.add_argument("--term-at", type=int)
     parser.add_argument("--int-at", type=int, help="Ctrl-C (SIGINT) at this step")
     parser.add_argument("--no-ckpt", action="store_true", help="fit without checkpoint_dir")
+    parser.add_argument("--one-device", action="store_true", help="OneDeviceStrategy")
     parser.add_argument("--augment", action="store_true")
     parser.add_argument("--distributed-iterator", action="store_true")
     args = parser.parse_args()
@@ -116,6 +117,8 @@ def main():
 
     tf.config.experimental.enable_op_determinism()
     strategy = tfaccel.devices.strategy("auto")
+    if args.one_device:
+        strategy = tf.distribute.OneDeviceStrategy("/cpu:0")
     callbacks = []
     config = tfaccel.devices.read_tf_config()
     index = None if config is None else config["task"]["index"]

@@ -180,6 +180,16 @@ class FitLoop:
             self.ckpt.set("iterator", iterator)
         return iterator
 
+    def _iterator_saveable(self) -> bool:
+        """Whether the input iterator can join the checkpoint (asked before making it): a
+        plain `tf.data` iterator, which only a strategy that distributes nothing gives."""
+        if self.ckpt is None or not self.stream or inputs.is_dataset_fn(self.train_data):
+            return False
+        if isinstance(self.runner.strategy, tf.distribute.MultiWorkerMirroredStrategy):
+            return False
+        distributed = self.runner.strategy.experimental_distribute_dataset(self.train_data)
+        return isinstance(distributed, tf.data.Dataset)
+
     # -- checkpoints ---------------------------------------------------------------------
 
     def _restore(self) -> int:
@@ -254,10 +264,12 @@ class FitLoop:
     # -- the run -------------------------------------------------------------------------
 
     def run(self) -> keras.callbacks.History:
-        # A saveable iterator must exist before the restore, which reads its position.
-        iterator = self._iterator() if self.stream else None
+        # A saveable iterator must exist before the restore, which reads its position. Any
+        # other is made after it, once: a second iterator of one dataset would start from the
+        # shuffle's next seeds (its seed generator is shared), not the run's first.
+        iterator = self._iterator() if self._iterator_saveable() else None
         done_in_run = self._restore()
-        if self.stream and done_in_run and (not self.saveable or self._iterator_not_restored()):
+        if self.stream and (iterator is None or (done_in_run and self._iterator_not_restored())):
             iterator = self._iterator(done_in_run)
         step, start_epoch, in_epoch = self.runner.position
         self.last_saved = step if done_in_run else None
