@@ -212,7 +212,7 @@ def _measure(job: _Job, data, batch, began, budget_s, rounds):
 
     # Compute alone, in alternating rounds (the fastest call of each size counts).
     comm = runner.strategy.num_replicas_in_sync > 1
-    pieces = 3 if comm else 2
+    pieces = (3 if comm else 2) + (0 if gpus else 1)  # + a matmul peak call on a CPU
     window = left * SHARES["compute"] / (rounds * pieces)
     window = measure.agree(strategy, min(max(window, MIN_WINDOW_S), MAX_WINDOW_S))
     long_n = int(measure.agree(strategy, min(max(round(window / 3 / t1), 2), 10_000)))
@@ -231,7 +231,7 @@ def _measure(job: _Job, data, batch, began, budget_s, rounds):
             with_ar += grads.seconds(True, cached, long_n, longs)
             without_ar += grads.seconds(False, cached, long_n, longs)
         if matmul is not None:
-            matmul.measure(2)
+            matmul.measure(1)
     step_s, overhead_s = _fit(host1, hostn, long_n)
 
     # The real step, back to back (the first window drains what the buffers held), at
