@@ -172,3 +172,66 @@ def test_the_label_check_calls_a_custom_loss_on_real_labels():
     trainer = tfaccel.Trainer(linear, loss=positive_targets, steps_per_loop=1)
     trainer.fit(X, np.abs(Y) + 1.0, batch_size=8, epochs=1, verbose=0)
     assert int(trainer.step.numpy()) == 4
+
+
+# -- resume ----------------------------------------------------------------------------------
+
+
+def _first_epoch(data):
+    if callable(data) and not isinstance(data, tf.data.Dataset):
+        data = data(tf.distribute.InputContext())
+    return [int(v) for batch in data for v in batch[1].numpy()]
+
+
+@pytest.mark.parametrize("replicas", [1, 2])
+def test_a_pipeline_seed_fixes_the_shuffle_whatever_the_global_seed(replicas, mirrored):
+    from tensorflow.python.eager import context
+
+    strategy = mirrored if replicas == 2 else None
+    source = tfaccel.data.from_arrays(np.zeros((64, 2), "float32"), np.arange(64))
+    orders = []
+    for global_seed in (1, 2, None):
+        if global_seed is not None:
+            tf.random.set_seed(global_seed)
+        tf.random.uniform([])  # other random work before the build
+        data = tfaccel.data.pipeline(source, batch_size=8, training=True, seed=0, strategy=strategy)
+        orders.append(_first_epoch(data))
+        assert context.global_seed() == (global_seed or 2)  # left as it was
+    assert orders[0] == orders[1] == orders[2]
+    assert orders[0] != sorted(orders[0])  # shuffled
+
+
+def _flip(x, y):
+    return tf.image.random_flip_left_right(x), y
+
+
+def _noise(x, y, seed):
+    return x + tf.random.stateless_normal(tf.shape(x), seed), y
+
+
+def _augmented(augment):
+    images = np.random.default_rng(0).normal(size=(16, 4, 4, 1)).astype("float32")
+    source = tfaccel.data.from_arrays(images, np.arange(16) % 2)
+    return tfaccel.data.pipeline(source, batch_size=8, training=True, seed=0, augment=augment)
+
+
+def _image_model():
+    keras.utils.set_random_seed(0)
+    inputs = keras.Input((4, 4, 1))
+    return keras.Model(inputs, keras.layers.Dense(2)(keras.layers.Flatten()(inputs)))
+
+
+def test_stateful_random_augmentation_warns_that_resume_is_not_exact(tmp_path):
+    trainer = tfaccel.Trainer(_image_model, loss="sparse_categorical_crossentropy")
+    with pytest.warns(UserWarning, match=r"stateful random ops \(RandomUniform\).*`seed` arg"):
+        trainer.fit(_augmented(_flip), epochs=1, checkpoint_dir=str(tmp_path / "a"), verbose=0)
+
+
+def test_stateless_seeded_augmentation_gives_no_resume_warning(tmp_path):
+    import warnings
+
+    trainer = tfaccel.Trainer(_image_model, loss="sparse_categorical_crossentropy")
+    with warnings.catch_warnings():
+        warnings.filterwarnings("error", message=".*stateful random ops")
+        trainer.fit(_augmented(_noise), epochs=1, checkpoint_dir=str(tmp_path / "b"), verbose=0)
+    assert int(trainer.step.numpy()) == 2

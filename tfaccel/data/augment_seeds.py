@@ -25,15 +25,87 @@ Example:
 
 from __future__ import annotations
 
+import functools
 import inspect
 import random
 
 import tensorflow as tf
+from tensorflow.python.eager import context
 
 from tfaccel.data.finite import call
 
 KEY_RANGE, KEY_DRAWS = 256, 4  # unshuffled data: 256*255*254*253 distinct epoch keys
 KEY_SEED_OFFSET = 7919  # keeps the key draws apart from a shuffle seeded alike upstream
+
+
+def own_seed(build):
+    """Decorates `build(config, ...)` so that ops seeded by `config.seed` ignore TensorFlow's
+    global seed: `tf.data`'s shuffle otherwise pairs its seed with the global one in force
+    (`tf.random.set_seed`), and the same `seed` gives another order after other code ran."""
+
+    @functools.wraps(build)
+    def built_with_own_seed(config, *args, **kwargs):
+        if config.seed is None:  # unseeded: the global seed (if any) decides, as in tf.data
+            return build(config, *args, **kwargs)
+        eager = context.context()
+        graph = None if tf.executing_eagerly() else tf.compat.v1.get_default_graph()
+        saved = eager._seed, graph.seed if graph is not None else None
+        eager._seed = None  # not set_seed: that would also reset unseeded ops' sequence
+        if graph is not None:
+            graph.seed = None
+        try:
+            return build(config, *args, **kwargs)
+        finally:
+            eager._seed = saved[0]
+            if graph is not None:
+                graph.seed = saved[1]
+
+    return built_with_own_seed
+
+
+# Random ops that draw from a hidden state (a resumed run cannot replay them).
+STATEFUL_RANDOM_OPS = frozenset(
+    {
+        "RandomUniform",
+        "RandomUniformInt",
+        "RandomStandardNormal",
+        "TruncatedNormal",
+        "RandomShuffle",
+        "RandomCrop",
+        "Multinomial",
+        "RandomGamma",
+        "RandomPoisson",
+        "RandomPoissonV2",
+        "ParameterizedTruncatedNormal",
+        "StatefulUniform",
+        "StatefulUniformInt",
+        "StatefulUniformFullInt",
+        "StatefulStandardNormalV2",
+        "StatefulTruncatedNormal",
+        "RngReadAndSkip",
+        "RngSkip",
+    }
+)
+
+
+def stateful_random_ops(dataset: tf.data.Dataset) -> list[str]:
+    """The stateful random ops in the map functions of `dataset`'s input chain (sorted).
+
+    E.g. `["RandomStandardNormal", "RandomUniform"]` for an augment using `tf.random.normal`
+    and `tf.image.random_flip_left_right`; [] for stateless ops (`tf.random.stateless_*`).
+    """
+    found, node, seen = set(), dataset, 0
+    while node is not None and seen < 1000:
+        wrapper = getattr(node, "_map_func", None)
+        function = getattr(wrapper, "function", None)
+        graph = getattr(function, "graph", None)
+        if graph is not None:
+            definition = graph.as_graph_def()
+            ops = {n.op for n in definition.node}
+            ops |= {n.op for f in definition.library.function for n in f.node_def}
+            found |= ops & STATEFUL_RANDOM_OPS
+        node, seen = getattr(node, "_input_dataset", None), seen + 1
+    return sorted(found)
 
 
 def takes_seed(fn) -> bool:

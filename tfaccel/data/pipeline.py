@@ -337,6 +337,7 @@ def _resume_note(config: _Config, stateless: bool) -> str:
     )
 
 
+@augment_seeds.own_seed
 def _build(config: _Config, context: tf.distribute.InputContext | None):
     pipelines = context.num_input_pipelines if context is not None else 1
     index = context.input_pipeline_id if context is not None else 0

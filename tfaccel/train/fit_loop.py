@@ -28,7 +28,7 @@ import warnings
 import keras
 import tensorflow as tf
 
-from tfaccel.data import fingerprint
+from tfaccel.data import augment_seeds, fingerprint
 from tfaccel.train import accumulation, agreement, faults, hyperparameters, inputs, iterators
 from tfaccel.train.checkpoint import ITERATOR_KEYS, POSITION_KEYS, RESUME_MODES, CheckpointState
 from tfaccel.train.faults import PreemptionWatcher, TrainingDivergedError
@@ -36,6 +36,21 @@ from tfaccel.train.loop_size import LoopSizer
 from tfaccel.train.progress import ProgressBar
 
 logger = logging.getLogger("tfaccel")
+
+
+def _warn_if_random_state(sample: tf.data.Dataset, checkpoint_dir) -> None:
+    """Warns when the input draws random numbers that a resumed run cannot replay."""
+    ops = augment_seeds.stateful_random_ops(sample)
+    if ops:
+        warnings.warn(
+            f"The training data's map functions use stateful random ops ({', '.join(ops)}), "
+            "e.g. an augment without a `seed` argument: a run resumed from "
+            f"{checkpoint_dir} will not get the random numbers an uninterrupted run would, "
+            "so it will not be exact. Give augment a `seed` argument and use stateless ops "
+            "(tf.random.stateless_*, tf.image.stateless_random_*): tfaccel.data.pipeline "
+            "then passes each element its own seed.",
+            stacklevel=4,
+        )
 
 
 def check_checkpoint_every(value):
@@ -132,6 +147,7 @@ class FitLoop:
             "dataset": fingerprint.describe_spec(sample),
         }
         if checkpoint_dir is not None:
+            _warn_if_random_state(sample, checkpoint_dir)
             identity = fingerprint.of_dataset(sample)
             if identity.content is not None:
                 self.run_shape["data"] = str(identity)
