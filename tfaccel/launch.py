@@ -17,7 +17,16 @@ or a signal — stops all workers and starts them all again, N times at most; a 
 whose Trainer has a `checkpoint_dir` resumes from its last checkpoint. A clean exit
 (every worker 0), a usage error (`USAGE_STATUSES`: 2 as argparse and the recipes exit
 on bad arguments, 126 a command that cannot run, 127 one not found), the launcher's
-own timeouts (124) and Ctrl-C / SIGTERM to the launcher are never restarted. Each
+own timeouts (124) and Ctrl-C / SIGTERM to the launcher are never restarted.
+
+Stopping: Ctrl-C is passed on to the workers; a second Ctrl-C, SIGTERM or SIGHUP
+(the terminal or ssh closed) sends them SIGTERM, then SIGKILL after `GRACE_S`.
+Workers die with the launcher even when it is killed (Linux `PR_SET_PDEATHSIG`).
+
+Network: TensorFlow's gRPC server binds every interface (`0.0.0.0:<port>`, hard-coded
+in TensorFlow's grpc_server_lib, with no option to bind loopback) although `TF_CONFIG`
+names 127.0.0.1; these servers are unauthenticated. The launcher says so at start: on
+a host reachable from untrusted networks, firewall the ports it prints. Each
 restart is announced on stderr; after the last one the launcher exits with the last
 failure's status. Output: see `launch_output` (gRPC lines of a normal shutdown hidden).
 """
@@ -45,6 +54,7 @@ GRACE_S = 10.0
 RESTART_GRACE_S = 3.0
 STARTUP_TIMEOUT_S = 120.0
 _PORT_POLL_S = 0.5
+_PR_SET_PDEATHSIG = 1  # linux/prctl.h
 
 
 def free_ports(count: int) -> list[int]:
@@ -90,6 +100,32 @@ def _terminate(processes: list[subprocess.Popen], grace_s: float = GRACE_S) -> N
         except subprocess.TimeoutExpired:
             _signal_group(process, signal.SIGKILL)
             process.wait()
+
+
+def _worker_setup(launcher: int, cores: set[int] | None):
+    """The child's set-up before `exec`: die with the launcher, then pin the cores."""
+
+    def setup():
+        _die_with_parent()
+        if os.getppid() != launcher:  # the launcher died before the signal was armed
+            os._exit(128 + signal.SIGKILL)
+        if cores:
+            os.sched_setaffinity(0, cores)
+
+    return setup
+
+
+def _die_with_parent() -> None:
+    """Linux: SIGKILL this process when its parent dies (`PR_SET_PDEATHSIG`)."""
+    if not sys.platform.startswith("linux"):
+        return
+    import ctypes
+
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    except (OSError, AttributeError):
+        pass
 
 
 def _signal_group(process: subprocess.Popen, sig: int) -> None:
@@ -207,6 +243,13 @@ def launch(
     check_arguments(command, workers, cpus_per_worker, timeout_s, startup_timeout_s, max_restarts)
     out, err = out or sys.stdout, err or sys.stderr
     deadline = None if timeout_s is None else time.monotonic() + timeout_s
+    if workers > 1:
+        err.write(
+            "[launch] note: TensorFlow's worker servers listen on every network interface "
+            "(TensorFlow cannot bind them to 127.0.0.1 only) and are unauthenticated; on a "
+            "host reachable from untrusted networks, firewall the ports it uses.\n"
+        )
+        err.flush()
     restarts = 0
     while True:
         result = _run_once(
@@ -252,7 +295,7 @@ def _run_once(command, workers, cpus_per_worker, timeout, startup_timeout_s, out
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             start_new_session=True,
-            preexec_fn=(lambda c=cores: os.sched_setaffinity(0, c)) if cores else None,
+            preexec_fn=_worker_setup(os.getpid(), cores),
         )
         relay.follow(process, index)
     startup = _StartupWatch(ports, startup_timeout_s) if workers > 1 else None
@@ -300,18 +343,41 @@ def _supervise(relay: Relay, timeout: tuple, startup=None) -> _Result:
     processes = relay.processes
     deadline, timeout_s = timeout
     received = []
+    kill_at = []  # when the workers get SIGKILL, once a stop was asked for
+    notes = []  # written by the loop: the handler must not take the relay's lock
 
     def forward(signum, frame):
         received.append(signum)
+        # A second Ctrl-C escalates to SIGTERM; a hang-up stops like SIGTERM.
+        repeated = signum == signal.SIGINT and received.count(signal.SIGINT) > 1
+        sent = signal.SIGTERM if repeated or signum == signal.SIGHUP else signum
         for process in processes:
             if process.poll() is None:
-                _signal_group(process, signum)
+                _signal_group(process, sent)
+        if sent == signal.SIGINT and received.count(signal.SIGINT) == 1:
+            notes.append(
+                "[launch] SIGINT passed on to the workers; Ctrl-C again stops them (SIGTERM, "
+                f"then SIGKILL after {GRACE_S:g} s)\n"
+            )
+        if sent == signal.SIGTERM and not kill_at:
+            kill_at.append(time.monotonic() + GRACE_S)
+            notes.append(
+                f"[launch] {signal.Signals(signum).name}: stopping the workers (SIGTERM; "
+                f"SIGKILL in {GRACE_S:g} s)\n"
+            )
 
     previous = {}
     if threading.current_thread() is threading.main_thread():
-        previous = {s: signal.signal(s, forward) for s in (signal.SIGINT, signal.SIGTERM)}
+        stops = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+        previous = {s: signal.signal(s, forward) for s in stops}
     try:
         while True:
+            while notes:
+                relay.write(notes.pop(0))
+            if kill_at and time.monotonic() > kill_at[0]:
+                for process in processes:
+                    if process.poll() is None:
+                        _signal_group(process, signal.SIGKILL)
             statuses = [p.poll() for p in processes]
             failed = [(i, s) for i, s in enumerate(statuses) if s not in (None, 0)]
             if failed:

@@ -1,0 +1,83 @@
+"""The launcher's workers stop with it: killed, hung up, or asked twice."""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+WORKER = (
+    "import os, signal, time\n"
+    "for name in {ignored}: signal.signal(getattr(signal, name), signal.SIG_IGN)\n"
+    "print('pid', os.getpid(), flush=True)\n"
+    "time.sleep(300)\n"
+)
+
+
+def start(ignored=()):
+    code = WORKER.format(ignored=list(ignored))
+    launcher = subprocess.Popen(
+        [sys.executable, "-m", "tfaccel", "launch", "--workers", "2", "--", sys.executable, "-c"]
+        + [code],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
+    pids, lines = [], []
+    while len(pids) < 2:
+        line = launcher.stdout.readline()
+        assert line, "".join(lines)
+        lines.append(line)
+        if "] pid " in line:
+            pids.append(int(line.rsplit(" ", 1)[1]))
+    return launcher, pids
+
+
+def gone(pid, within_s=60.0):
+    """Whether `pid` is gone (or a zombie) within `within_s` (a bound, not a timing assert)."""
+    end = time.monotonic() + within_s
+    while time.monotonic() < end:
+        try:
+            with open(f"/proc/{pid}/stat") as handle:
+                if handle.read().rsplit(")", 1)[1].split()[0] == "Z":
+                    return True
+        except FileNotFoundError:
+            return True
+        time.sleep(0.2)
+    return False
+
+
+def test_workers_die_with_a_killed_launcher():
+    launcher, pids = start()
+    try:
+        os.kill(launcher.pid, signal.SIGKILL)
+        launcher.wait(timeout=60)
+        assert all(gone(pid) for pid in pids)
+    finally:
+        for pid in pids:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+
+def test_two_ctrl_c_escalate_to_sigterm_then_sigkill():
+    launcher, pids = start(ignored=("SIGINT", "SIGTERM"))
+    try:
+        os.kill(launcher.pid, signal.SIGINT)
+        lines = [launcher.stdout.readline()]
+        while "Ctrl-C again" not in lines[-1]:
+            lines.append(launcher.stdout.readline())
+            assert lines[-1], "".join(lines)
+        os.kill(launcher.pid, signal.SIGINT)
+        output, _ = launcher.communicate(timeout=120)
+        assert launcher.returncode != 0
+        assert "SIGINT: stopping the workers (SIGTERM; SIGKILL in" in output
+        assert all(gone(pid) for pid in pids)
+    finally:
+        for pid in pids:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
