@@ -81,3 +81,25 @@ def test_two_ctrl_c_escalate_to_sigterm_then_sigkill():
                 os.kill(pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
+
+
+def test_a_slurm_allocation_without_a_job_step_is_no_cluster():
+    import pytest
+
+    from tfaccel import cluster
+
+    env = {"SLURM_JOB_ID": "77", "SLURM_NTASKS": "2", "SLURM_JOB_NODELIST": "node1"}
+    with pytest.warns(cluster.SlurmAllocationWarning, match="no SLURM_STEP_ID.*srun"):
+        assert cluster.detect(env).source == "none"
+
+
+def test_joining_a_cluster_names_the_variables_obeyed():
+    from tfaccel import cluster
+
+    config = (
+        '{"cluster": {"worker": ["127.0.0.1:1", "127.0.0.1:2"]}, '
+        '"task": {"type": "worker", "index": 1}}'
+    )
+    line = cluster.obeyed(cluster.detect({"TF_CONFIG": config}))
+    assert "2-worker cluster as worker 1" in line and "from TF_CONFIG" in line
+    assert "unset TF_CONFIG to run alone" in line

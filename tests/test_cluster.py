@@ -39,6 +39,7 @@ def scontrol(tmp_path, monkeypatch):
 def slurm_env(**overrides):
     env = {
         "SLURM_JOB_ID": "4242",
+        "SLURM_STEP_ID": "0",
         "SLURM_NTASKS": "4",
         "SLURM_STEP_NUM_TASKS": "4",
         "SLURM_PROCID": "3",
@@ -113,7 +114,13 @@ def test_tf_config_wins_over_a_disagreeing_slurm_step(scontrol):
 
 
 def test_multi_worker_without_a_cluster_names_both_sources(monkeypatch):
-    for name in ("TF_CONFIG", "SLURM_JOB_ID", "SLURM_NTASKS", "SLURM_STEP_NUM_TASKS"):
+    for name in (
+        "TF_CONFIG",
+        "SLURM_JOB_ID",
+        "SLURM_STEP_ID",
+        "SLURM_NTASKS",
+        "SLURM_STEP_NUM_TASKS",
+    ):
         monkeypatch.delenv(name, raising=False)
     with pytest.raises(DeviceConfigError, match="TF_CONFIG is unset.*Slurm"):
         devices.strategy("multi_worker")

@@ -2,7 +2,8 @@
 
 Kubernetes (Kubeflow TFJob), Vertex AI, Ray Train and `tfaccel launch` describe the
 cluster in `TF_CONFIG`; Slurm describes it in `SLURM_*` variables, whose node list
-`scontrol show hostnames` expands. `detect` reads both (TF_CONFIG wins) and
+`scontrol show hostnames` expands; only a job step (`SLURM_STEP_ID`, set by srun) is a
+cluster, never a bare allocation. `detect` reads both (TF_CONFIG wins) and
 `tfaccel.devices.strategy("auto")` builds a `MultiWorkerMirroredStrategy` from the result.
 This module owns `TF_CONFIG`'s validation (`read_tf_config`) and `DeviceConfigError`;
 `devices` imports them from here (never the other way round).
@@ -80,6 +81,10 @@ def read_tf_config(environ: dict | None = None) -> dict | None:
             f"lists {len(members)} address(es) (indices 0..{len(members) - 1})."
         )
     return config
+
+
+class SlurmAllocationWarning(UserWarning):
+    """A Slurm allocation of several tasks, but no job step: this process runs alone."""
 
 
 class ClusterMismatchWarning(UserWarning):
@@ -217,7 +222,9 @@ def expand_nodelist(nodelist: str) -> list[str]:
 
 
 def read_slurm(environ: dict | None = None) -> dict | None:
-    """Reads a multi-task Slurm job step; None outside Slurm or with a single task.
+    """Reads a multi-task Slurm job step; None outside Slurm, with a single task, or in an
+    allocation without a job step (`SLURM_STEP_ID` unset: a shell of `salloc`, a batch
+    script; with a `SlurmAllocationWarning`).
 
     Returns:
         `{"rank", "ntasks", "hosts", "tasks_per_node", "port_base"}`.
@@ -231,6 +238,16 @@ def read_slurm(environ: dict | None = None) -> dict | None:
         return None
     ntasks = _slurm_tasks(env)
     if ntasks is None or ntasks <= 1:
+        return None
+    if not (env.get("SLURM_STEP_ID") or env.get("SLURM_STEPID")):
+        warnings.warn(
+            f"This process runs inside a Slurm allocation (SLURM_JOB_ID={env['SLURM_JOB_ID']}, "
+            f"{ntasks} tasks) but not in a job step (no SLURM_STEP_ID: not started by srun), "
+            "so it runs alone, not as a worker of a cluster. Start the tasks with srun to "
+            "train on the whole allocation.",
+            SlurmAllocationWarning,
+            stacklevel=3,
+        )
         return None
     rank = _int_variable(env, "SLURM_PROCID")
     if rank is None or not 0 <= rank < ntasks:
@@ -330,6 +347,23 @@ def detect(environ: dict | None = None) -> ClusterInfo:
             resolver=resolver,
         )
     return ClusterInfo(source="none")
+
+
+def obeyed(info: ClusterInfo) -> str:
+    """One line naming the cluster joined and the environment variables that said so."""
+    if info.source == "TF_CONFIG":
+        variables = "TF_CONFIG"
+    else:
+        variables = (
+            "SLURM_JOB_ID, SLURM_STEP_ID, SLURM_PROCID, SLURM_STEP_NUM_TASKS / SLURM_NTASKS, "
+            "SLURM_STEP_NODELIST"
+        )
+    return (
+        f"tfaccel: joining a {info.workers}-worker cluster as {info.task_type} "
+        f"{info.task_index} ({', '.join(info.addresses)}) from {variables}; unset "
+        f"{'TF_CONFIG' if info.source == 'TF_CONFIG' else 'them (or run outside srun)'} "
+        "to run alone."
+    )
 
 
 def source_of(strategy: tf.distribute.Strategy) -> str:

@@ -364,12 +364,14 @@ def strategy(
         if info.source == "none" and tf_config is None:
             raise DeviceConfigError(
                 'strategy("multi_worker") found no cluster: TF_CONFIG is unset and this is '
-                "not a Slurm job step with several tasks (SLURM_JOB_ID, SLURM_NTASKS > 1). "
+                "not a Slurm job step with several tasks (SLURM_STEP_ID, SLURM_NTASKS > 1). "
                 "Start the script with `tfaccel launch`, srun, Kubernetes/Ray (which set "
                 'TF_CONFIG), or use strategy("auto") on one machine.'
             )
         if info.source != "Slurm":
             _check_own_port(tf_config)
+        if info.source != "none":
+            print(cluster.obeyed(info), file=sys.stderr, flush=True)
         options = tf.distribute.experimental.CommunicationOptions(
             timeout_seconds=collective_timeout_s
         )
