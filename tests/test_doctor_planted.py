@@ -38,3 +38,30 @@ def test_two_one_core_workers_with_a_large_gradient_are_communication_bound():
     assert result["verdict"] == "communication", result["text"]
     assert "accumulate_steps=" in result["first_fix"]
     assert "multi-worker" in result["text"]
+
+
+@pytest.mark.parametrize("job", ["generator", "images"])
+def test_outside_shaped_jobs_are_called_input_bound(job):
+    # benchmarks/doctor_outside.py: a generator with per-element latency; JPEGs decoded by
+    # Pillow in a py_function on one core — each trained by model.fit's compiled model.
+    result = planted.outside.run_outside(job, toy=True, gain=False, budget_s=5, rounds=1)
+    assert result["verdict"] == "input", result["text"]
+    first = result["first_fix"]
+    assert ("from_generator" in first) if job == "generator" else ("num_parallel_calls" in first)
+
+
+def test_a_window_is_bounded_by_wall_time_not_by_batches():
+    import time
+
+    import tensorflow as tf
+
+    from tfaccel.doctor import measure
+
+    def slow(i):
+        tf.py_function(lambda: time.sleep(0.3), [], [])
+        return i
+
+    batches = tf.data.Dataset.range(100).map(slow).batch(1)
+    startup, windows = measure.read_windows(iter(batches), 0.05, 2)
+    # Each window ends at the first batch that finishes after its time: one batch each.
+    assert startup > 0 and len(windows) == 2 and all(w > 0.2 for w in windows)
