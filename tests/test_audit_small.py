@@ -9,3 +9,20 @@ def test_tune_batch_size_refuses_a_file_that_is_not_a_python_script(tmp_path, ca
     assert cli.main(["tune-batch-size", str(notes)]) == 2
     err = capsys.readouterr().err
     assert "NOTES.md" in err and "not a Python script" in err
+
+
+def test_hidden_folders_of_an_image_folder_are_skipped_and_named(tmp_path):
+    import numpy as np
+    import pytest
+    import tensorflow as tf
+
+    from tfaccel import data
+
+    png = tf.io.encode_png(np.zeros((4, 4, 3), np.uint8)).numpy()
+    for folder in ("cat", "dog", ".ipynb_checkpoints", "cat/.ipynb_checkpoints"):
+        (tmp_path / folder).mkdir()
+        (tmp_path / folder / "0.png").write_bytes(png)
+    with pytest.warns(UserWarning, match=r"skipped hidden folder.*\.ipynb_checkpoints"):
+        ds, names = data.from_image_folder(str(tmp_path), image_size=(4, 4))
+    assert names == ["cat", "dog"]
+    assert sorted(int(y) for _, y in ds) == [0, 1]

@@ -228,18 +228,31 @@ def _is_image(name: str) -> bool:
 
 
 def _list_class_folders(path: str) -> tuple[list[str], list[int], list[str]]:
-    class_names = sorted(d for d in os.listdir(path) if os.path.isdir(os.path.join(path, d)))
+    folders = sorted(d for d in os.listdir(path) if os.path.isdir(os.path.join(path, d)))
+    hidden = [d for d in folders if d.startswith(".")]
+    class_names = [d for d in folders if not d.startswith(".")]
     files, targets, empty = [], [], []
     for index, name in enumerate(class_names):
         folder = os.path.join(path, name)
         before = len(files)
-        for root, _, names in sorted(os.walk(folder)):
+        for root, dirs, names in os.walk(folder):
+            hidden += [
+                os.path.join(name, os.path.relpath(root, folder), d) for d in dirs if d[0] == "."
+            ]
+            dirs[:] = sorted(d for d in dirs if not d.startswith("."))
             for file in sorted(names):
-                if _is_image(file):
+                if _is_image(file) and not file.startswith("."):
                     files.append(os.path.join(root, file))
                     targets.append(index)
         if len(files) == before:
             empty.append(name)
+    if hidden:
+        warnings.warn(
+            f"from_image_folder: skipped hidden folder(s) under {path!r}: "
+            f"{[os.path.normpath(h) for h in hidden]} (e.g. .ipynb_checkpoints); they are "
+            "neither classes nor examples.",
+            stacklevel=3,
+        )
     if files and empty:
         warnings.warn(
             f"from_image_folder: class folder(s) {empty} under {path!r} have no images "
