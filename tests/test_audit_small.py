@@ -26,3 +26,21 @@ def test_hidden_folders_of_an_image_folder_are_skipped_and_named(tmp_path):
         ds, names = data.from_image_folder(str(tmp_path), image_size=(4, 4))
     assert names == ["cat", "dog"]
     assert sorted(int(y) for _, y in ds) == [0, 1]
+
+
+def test_the_lr_rule_follows_the_class_hierarchy_and_names_an_unknown_one():
+    import keras
+    import pytest
+
+    from tfaccel.tuning import scaling
+
+    class MyAdam(keras.optimizers.Adam):
+        pass
+
+    assert scaling.rule_for(MyAdam(1e-3)) == "sqrt"
+    assert scaling.rule_for(keras.optimizers.ScheduleFreeAdamW) == "sqrt"
+    assert scaling.rule_for("adamw") == "sqrt" and scaling.rule_for("sgd") == "linear"
+    with pytest.warns(scaling.LRScalingWarning, match="'adamm' is not a Keras optimizer name"):
+        assert scaling.rule_for("adamm") == "linear"
+    with pytest.warns(scaling.LRScalingWarning, match="Muon is neither SGD.*linear rule"):
+        assert scaling.rule_for(keras.optimizers.Muon) == "linear"

@@ -10,6 +10,7 @@ a linear rule overshoots Adam, whose update size does not grow with the gradient
 from __future__ import annotations
 
 import math
+import warnings
 
 LR_SCALING_RULES = ("auto", "linear", "sqrt", None)
 # Optimizers whose step is normalised by running gradient statistics: square-root rule.
@@ -25,6 +26,7 @@ ADAPTIVE = (
     "Lamb",
     "Lion",
     "Ftrl",
+    "ScheduleFreeAdamW",
 )
 
 
@@ -37,17 +39,46 @@ def check_lr_scaling(rule) -> None:
         )
 
 
+class LRScalingWarning(UserWarning):
+    """lr_scaling="auto" met an optimizer it does not know: the rule it chose and why."""
+
+
 def rule_for(optimizer) -> str:
-    """ "sqrt" for adaptive optimizers (Adam, AdamW, RMSprop...), "linear" otherwise (SGD).
+    """ "sqrt" for adaptive optimizers (Adam, AdamW, RMSprop...), "linear" for SGD.
 
     `optimizer` is an optimizer, its class or its name; loss scaling is looked through.
+    The class hierarchy decides (a subclass of Adam gets Adam's rule). Anything else
+    gets "linear" with an `LRScalingWarning` saying why.
     """
+    import keras
+
     inner = getattr(optimizer, "inner_optimizer", optimizer)
     if isinstance(inner, str):
-        name = inner
-    else:
-        name = (inner if isinstance(inner, type) else type(inner)).__name__
-    return "sqrt" if name.lower() in {a.lower() for a in ADAPTIVE} else "linear"
+        try:
+            inner = keras.optimizers.get(inner)
+        except ValueError:
+            return _unknown(f"{inner!r} is not a Keras optimizer name")
+    cls = inner if isinstance(inner, type) else type(inner)
+    adaptive = tuple(getattr(keras.optimizers, n) for n in ADAPTIVE if hasattr(keras.optimizers, n))
+    if issubclass(cls, adaptive):
+        return "sqrt"
+    if issubclass(cls, keras.optimizers.SGD):
+        return "linear"
+    return _unknown(
+        f"{cls.__name__} is neither SGD nor an adaptive optimizer ({', '.join(ADAPTIVE)}) "
+        "nor a subclass of one"
+    )
+
+
+def _unknown(why: str) -> str:
+    warnings.warn(
+        f"lr_scaling='auto': {why}; using the linear rule (rate ∝ batch size). Pass "
+        "lr_scaling='sqrt' for an adaptive optimizer (its step is normalised by gradient "
+        "statistics), or 'linear' / None to choose yourself.",
+        LRScalingWarning,
+        stacklevel=3,
+    )
+    return "linear"
 
 
 def resolve_lr_scaling(rule, optimizer) -> str | None:
