@@ -1,5 +1,6 @@
 """Issue 37, part A: signals and exit status, compiled-model settings, resume."""
 
+import os
 import pathlib
 import signal
 import subprocess
@@ -235,3 +236,72 @@ def test_stateless_seeded_augmentation_gives_no_resume_warning(tmp_path):
         warnings.filterwarnings("error", message=".*stateful random ops")
         trainer.fit(_augmented(_noise), epochs=1, checkpoint_dir=str(tmp_path / "b"), verbose=0)
     assert int(trainer.step.numpy()) == 2
+
+
+class DeleteDirectory(keras.callbacks.Callback):
+    def __init__(self, directory, at_batch):
+        super().__init__()
+        self.directory, self.at_batch, self.done = directory, at_batch, False
+
+    def on_train_batch_end(self, batch, logs=None):
+        if batch >= self.at_batch and not self.done:
+            import shutil
+
+            shutil.rmtree(self.directory)
+            self.done = True
+
+
+def test_a_checkpoint_directory_deleted_while_training_is_made_again(tmp_path):
+    directory = tmp_path / "ckpt"
+    trainer = tfaccel.Trainer(linear, loss="mse", steps_per_loop=2)
+    with pytest.warns(UserWarning, match="was deleted while this run trained.*made it again"):
+        trainer.fit(
+            X,
+            Y,
+            batch_size=8,
+            epochs=2,
+            shuffle=False,
+            checkpoint_dir=str(directory),
+            checkpoint_every=2,
+            callbacks=[DeleteDirectory(directory, at_batch=2)],
+            verbose=0,
+        )
+    assert tf.train.latest_checkpoint(str(directory)).endswith("ckpt-8")
+    assert not (directory / "tfaccel.lock").exists()  # released at the end
+
+
+def test_a_lock_refresh_on_a_full_disk_says_so_and_leaves_no_temporary_file(tmp_path, monkeypatch):
+    import builtins
+    import errno
+
+    from tfaccel.train import lock as lock_module
+
+    held = lock_module.DirectoryLock(str(tmp_path)).acquire()
+    before = (tmp_path / "tfaccel.lock").read_text()
+
+    class Full:
+        def __init__(self, handle):
+            self.handle = handle
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            self.handle.close()
+
+        def write(self, text):
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    def full_open(path, mode="r", *args, **kwargs):
+        handle = builtins.open(path, mode, *args, **kwargs)
+        return Full(handle) if "w" in mode else handle
+
+    monkeypatch.setattr(lock_module, "open", full_open, raising=False)
+    try:
+        with pytest.raises(OSError, match="No space left on device.*ENOSPC.*left as it was"):
+            held.refresh()
+    finally:
+        monkeypatch.undo()
+        held.release()
+    assert [p.name for p in tmp_path.iterdir()] == []  # no temporary left; lock released
+    assert '"token"' in before

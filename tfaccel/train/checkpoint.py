@@ -360,6 +360,8 @@ class CheckpointState:
                 "file now (it was a directory when training started). Move that file "
                 "away; the checkpoints saved so far were in that directory."
             )
+        if "://" not in self._write_dir and not os.path.exists(self._write_dir):
+            self._recreate(step)
         if self.lock is not None:
             self.lock.refresh()  # CheckpointLockedError if another run took it over
         try:
@@ -385,6 +387,19 @@ class CheckpointState:
             files.delete(self.directory, number)
         self.superseded = []
         return path
+
+    def _recreate(self, step: int) -> None:
+        """The directory was deleted while the run trained: made again, locked, said."""
+        os.makedirs(self._write_dir, exist_ok=True)
+        if self._write_dir != self.directory:
+            return  # a worker's temporary directory
+        warnings.warn(
+            f"checkpoint_dir {self.directory!r} was deleted while this run trained (with the "
+            f"checkpoints saved so far); made it again and saving step {step} there.",
+            stacklevel=4,
+        )
+        if self.lock is not None:
+            self.lock.retake()
 
     @property
     def latest(self) -> str | None:

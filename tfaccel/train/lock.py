@@ -19,6 +19,7 @@ be locked this way and are not locked.
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import logging
 import os
@@ -123,9 +124,22 @@ class DirectoryLock:
         }
 
     def _temporary(self, record: dict) -> str:
+        """A complete temporary copy of `record`, or OSError naming the lock (none left)."""
         temporary = os.path.join(self.directory, f".{NAME}.{uuid.uuid4().hex}.tmp")
-        with open(temporary, "w") as handle:
-            handle.write(strict_json.dumps(record))
+        try:
+            with open(temporary, "w") as handle:
+                handle.write(strict_json.dumps(record))
+        except OSError as error:
+            with contextlib.suppress(OSError):
+                os.remove(temporary)
+            code = errno.errorcode.get(error.errno, error.errno)
+            raise OSError(
+                error.errno,
+                f"Cannot write the lock of {self.directory} ({os.strerror(error.errno or 0)}, "
+                f"{code}); the lock file {self.path} is left as it was, no temporary file "
+                "remains. Free space or fix the directory, then train again (the checkpoints "
+                "saved so far are intact).",
+            ) from error
         return temporary
 
     def _create(self) -> bool:
@@ -203,6 +217,8 @@ class DirectoryLock:
         with self._mutex:
             if self.lost is None:
                 current = self._read(self.path)
+                if current is None and not os.path.isdir(self.directory):
+                    return  # the directory was deleted: the next save recreates it
                 if current is None or current.get("token") != self.token:
                     self.lost = f"now {describe(current)}" if current else "the lock file is gone"
                 else:
@@ -214,13 +230,28 @@ class DirectoryLock:
                 "writing to the directory, so this one does not save there."
             )
 
+    def retake(self) -> None:
+        """Takes the lock again in a directory made anew (it was deleted while held).
+
+        Raises:
+            CheckpointLockedError: another run created the lock there first.
+        """
+        if not self.held or self.remote:
+            return
+        with self._mutex:
+            if self.lost is None and not self._create():
+                self.lost = f"now {describe(self._read(self.path))}"
+        self.refresh()
+
     def _start_heartbeat(self) -> None:
         def beat():
             while not self._stop.wait(self.stale_after / 10):
                 try:
                     self.refresh()
-                except (CheckpointLockedError, OSError):
+                except CheckpointLockedError:
                     return  # the next save reports it
+                except OSError:
+                    continue  # e.g. a full disk: the next beat or save tries again
 
         self._stop.clear()
         self._heartbeat = threading.Thread(target=beat, name="tfaccel-lock", daemon=True)
