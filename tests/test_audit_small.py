@@ -44,3 +44,32 @@ def test_the_lr_rule_follows_the_class_hierarchy_and_names_an_unknown_one():
         assert scaling.rule_for("adamm") == "linear"
     with pytest.warns(scaling.LRScalingWarning, match="Muon is neither SGD.*linear rule"):
         assert scaling.rule_for(keras.optimizers.Muon) == "linear"
+
+
+def test_a_keras_zip_without_config_json_is_named(tmp_path):
+    import zipfile
+
+    import pytest
+
+    from tfaccel import parallel
+
+    path = tmp_path / "model.keras"
+    with zipfile.ZipFile(path, "w") as archive:
+        archive.writestr("metadata.json", "{}")
+    with pytest.raises(ValueError, match="has no config.json"):
+        parallel.load_model(path)
+
+
+def test_splitting_an_in_memory_model_with_a_lambda_layer():
+    import keras
+    import numpy as np
+
+    from tfaccel import parallel
+
+    model = keras.Sequential(
+        [keras.Input((3,)), keras.layers.Lambda(lambda x: x * 2), keras.layers.Dense(2)]
+        + [keras.layers.Dense(2)]
+    )
+    piped = parallel.PipelineModel(parallel.split(model, 2), devices=["/cpu:0", "/cpu:1"])
+    x = np.ones((4, 3), "float32")
+    np.testing.assert_allclose(piped(x).numpy(), model(x).numpy(), rtol=1e-6)

@@ -71,7 +71,7 @@ def load_model(path, *, devices=None, **kwargs) -> keras.Model:
     with _devices_at_load(None if devices is None else list(devices)):
         try:
             return keras.saving.load_model(path, **kwargs)
-        except (ValueError, OSError) as error:
+        except (ValueError, OSError, KeyError) as error:  # KeyError: a zip without a member
             clear = keras_file.explain_load_failure(path, error)
             if clear is None:
                 raise
@@ -369,9 +369,20 @@ def _is_input(layer) -> bool:
 def _place(stage: keras.Model, device: str) -> keras.Model:
     """A copy of `stage` whose variables are created on `device`, with its weights."""
     with _variables_on(device):
-        copy = keras.models.clone_model(stage)
+        copy = keras.models.clone_model(stage, clone_function=_clone_layer)
         copy.set_weights(stage.get_weights())
     return copy
+
+
+def _clone_layer(layer):
+    """A layer's copy from its config; a `Lambda` (no variables) is shared, not re-read.
+
+    Re-reading a Lambda's config would refuse its Python function as unsafe to load,
+    although it is this process's own code and nothing is loaded.
+    """
+    if isinstance(layer, keras.layers.Lambda) and not layer.weights:
+        return layer
+    return layer.__class__.from_config(layer.get_config())
 
 
 @contextlib.contextmanager
