@@ -3,10 +3,10 @@
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
-EXTRAS := test,recipes
+EXTRAS := test,recipes,docs
 STAMP := $(VENV)/.installed-$(shell cat setup.cfg pyproject.toml constraints.txt | cksum | cut -d' ' -f1)
 
-.PHONY: run test lint bench notebooks upgrade clean
+.PHONY: run test lint docs docs-serve bench notebooks upgrade clean
 
 $(STAMP): setup.cfg pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -24,6 +24,13 @@ lint: $(STAMP)
 
 test: lint
 	$(BIN)/python -m pytest -q --durations=15
+
+# The documentation site (mkdocs.yml, docs/): --strict fails on a broken link or reference.
+docs: $(STAMP)
+	$(BIN)/mkdocs build --strict
+
+docs-serve: $(STAMP)
+	$(BIN)/mkdocs serve
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/data_pipeline.py
@@ -45,4 +52,4 @@ upgrade:
 	$(MAKE) test
 
 clean:
-	rm -rf $(VENV) runs build *.egg-info
+	rm -rf $(VENV) runs build site *.egg-info
