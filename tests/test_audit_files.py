@@ -172,3 +172,10 @@ def test_a_dangling_link_as_checkpoint_dir_is_named(tmp_path):
     os.symlink(tmp_path / "gone", link)
     with pytest.raises(FileNotFoundError, match="symbolic link to .*gone.*dangling"):
         checkpoint_files.check_directory(str(link), writable=True)
+
+
+def test_a_cache_name_too_long_for_the_file_system_is_refused_up_front(tmp_path):
+    path = str(tmp_path / ("c" * 250))
+    with pytest.raises(ValueError, match="too long for this file system.*File name too long"):
+        data.pipeline(labelled(0), batch_size=8, training=False, cache=path)
+    assert os.listdir(tmp_path) == []

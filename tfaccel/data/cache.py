@@ -36,6 +36,7 @@ is being filled reads its source without the cache (`CacheBusyWarning`).
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import gc
 import glob
@@ -63,6 +64,9 @@ class StaleCacheWarning(UserWarning):
 
 
 MISMATCH_MODES = ("rebuild", "error")
+# The longest suffix the cache's files add: "-pipeline99of99", "-<fingerprint>" and
+# tf.data's ".data-00000-of-00001.tempstate<digits>".
+_SUFFIX_ROOM = 80
 
 
 class CacheMismatchWarning(UserWarning):
@@ -77,7 +81,8 @@ def check_cache(cache) -> str | None:
     """Validates the `cache` argument; returns "memory", a file path, or None.
 
     Raises:
-        ValueError: not "memory", None/False, or a non-empty path.
+        ValueError: not "memory", None/False, or a non-empty path; a file name too long
+            for the file system.
         FileNotFoundError: the path's directory does not exist.
         PermissionError: no file can be written in that directory.
     """
@@ -95,6 +100,18 @@ def check_cache(cache) -> str | None:
         raise FileNotFoundError(
             f"cache={os.fspath(cache)!r}: the directory {folder!r} does not exist. Create it "
             "first (os.makedirs), or use cache='memory'."
+        )
+    try:
+        name_max = os.pathconf(folder, "PC_NAME_MAX")
+    except (OSError, ValueError):
+        name_max = 255
+    name = os.path.basename(path)
+    if len(name.encode()) + _SUFFIX_ROOM > name_max:
+        raise ValueError(
+            f"cache={os.fspath(cache)!r}: its file name is {len(name.encode())} bytes long, too "
+            f"long for this file system ({os.strerror(errno.ENAMETOOLONG)}: at most {name_max} "
+            f"bytes, and the cache's files add up to {_SUFFIX_ROOM} bytes of suffixes). Use a "
+            f"name of at most {name_max - _SUFFIX_ROOM} bytes."
         )
     try:  # tf.data writes a lock file here at the first read: try it now
         with tempfile.TemporaryFile(dir=folder):
