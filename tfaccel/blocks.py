@@ -28,6 +28,7 @@ import keras
 from keras import layers, ops
 
 PROJECTIONS = ("auto", True, False)
+"""What `ResidualBlock(projection=...)` accepts ("auto": a 1×1 shortcut when the shape changes)."""
 _BN_MOMENTUM = 0.9
 _BN_EPSILON = 1e-5
 

@@ -26,8 +26,11 @@ import warnings
 import tensorflow as tf
 
 SOURCES = ("TF_CONFIG", "Slurm", "none")
+"""Where a cluster can come from, in the order `detect` looks: `TF_CONFIG`, a Slurm step, none."""
 PORT_BASE_VARIABLE = "TFACCEL_SLURM_PORT_BASE"
+"""The environment variable that sets the first port of a Slurm job's workers."""
 DEFAULT_PORT_BASE = 8888  # SlurmClusterResolver's default
+"""The first port of a Slurm job's workers without `TFACCEL_SLURM_PORT_BASE` (+ the task's slot)."""
 _WORKER_TYPES = ("chief", "worker")
 
 

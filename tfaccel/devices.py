@@ -26,7 +26,9 @@ from tfaccel import cluster, shared_strategy
 from tfaccel.cluster import DeviceConfigError, read_tf_config
 
 STRATEGY_KINDS = ("auto", "default", "one_device", "mirrored", "multi_worker")
+"""The kinds `strategy(kind)` accepts."""
 COLLECTIVE_TIMEOUT_S = 300.0
+"""Seconds a multi-worker collective waits for a peer before it fails (instead of hanging)."""
 
 
 @dataclasses.dataclass(frozen=True)

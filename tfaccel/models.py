@@ -27,7 +27,9 @@ RESNET_STAGES = {
     101: ("bottleneck", (3, 4, 23, 3)),
     152: ("bottleneck", (3, 8, 36, 3)),
 }
+"""ResNet depth → (block kind, blocks per stage), as in He et al. 2015, table 1."""
 STEMS = ("imagenet", "cifar")
+"""The stems `resnet(stem=...)` accepts: 7×7/2 + max-pool ("imagenet"), or one 3×3/1 ("cifar")."""
 
 # GoogLeNet's Inception stages (c1, c2, c3, c4), as in Dive into Deep Learning §8.4.
 _GOOGLENET_STAGES = (

@@ -32,9 +32,13 @@ import keras
 from tfaccel import devices
 
 POLICIES = ("float32", "mixed_float16", "mixed_bfloat16", "float16", "bfloat16", "float64")
+"""The Keras dtype policy names `apply` accepts (besides "auto")."""
 MIN_GAIN = 1.05  # another policy must be this much faster than float32 to be chosen
+"""How much faster than float32 another policy must measure to be chosen by "auto"."""
 CPU_BF16_FLAGS = ("amx_bf16", "avx512_bf16")
+"""`/proc/cpuinfo` flags that make `mixed_bfloat16` a candidate on a CPU."""
 CPU_FP16_FLAGS = ("amx_fp16", "avx512_fp16")
+"""`/proc/cpuinfo` flags that make `mixed_float16` a candidate on a CPU."""
 _warned_slow = False
 
 

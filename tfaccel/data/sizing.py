@@ -22,6 +22,7 @@ import numpy as np
 import tensorflow as tf
 
 SHUFFLE_BUDGET_MB = 512
+"""Memory for `shuffle_buffer="auto"`: min(this ÷ element bytes, dataset size) elements."""
 UNKNOWN_ELEMENT_BYTES = 1 << 20
 _MIB = 1 << 20
 

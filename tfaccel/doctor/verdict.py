@@ -35,8 +35,11 @@ from tfaccel.data.plan import ends_with_prefetch, missing
 from tfaccel.train import loop_size
 
 MEMORY_FULL = 0.9  # peak / capacity from which memory is the verdict
+"""Peak memory ÷ capacity from which the verdict is memory."""
 NEAR_PEAK = 0.5  # compute at this share of the matmul peak or more: nothing to gain
+"""Share of the matmul peak from which a CPU-bound step has nothing to gain in software."""
 COMMUNICATION_TARGET = 0.10  # accumulate until the all-reduce is under this share of a step
+"""The all-reduce's share of a step that `accumulate_steps=k` is sized to bring it under."""
 MAX_ACCUMULATE = 16
 MIN_GAIN = 1.05  # fixes predicted (or measured) to gain less are not listed
 INPUT_LIMITED = 0.1  # the real step waiting this share of its time is waiting on input
