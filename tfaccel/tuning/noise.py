@@ -117,7 +117,8 @@ def gradient_noise_scale(
             BatchNorm statistics may be).
         data: an unbatched dataset of `(x, y)` with at least `big` examples.
         loss: a Keras loss (name, function or object), averaged over the batch.
-        small, big: the two batch sizes (small < big).
+        small: the small batch size (< `big`).
+        big: the big batch size.
         batches: big batches whose squared gradient norms are averaged (at most, with
             `tolerance`).
         small_batches: small batches averaged; default `8 * batches` (they are cheap, and
