@@ -103,3 +103,57 @@ def test_joining_a_cluster_names_the_variables_obeyed():
     line = cluster.obeyed(cluster.detect({"TF_CONFIG": config}))
     assert "2-worker cluster as worker 1" in line and "from TF_CONFIG" in line
     assert "unset TF_CONFIG to run alone" in line
+
+
+def _stale_tf_config():
+    import json
+
+    from tfaccel import launch
+
+    return json.dumps(
+        {
+            "cluster": {"worker": [f"127.0.0.1:{p}" for p in launch.free_ports(2)]},
+            "task": {"type": "worker", "index": 0},
+        }
+    )
+
+
+def test_peers_that_never_come_are_named_within_the_startup_timeout(monkeypatch):
+    import pytest
+
+    from tfaccel import devices
+
+    monkeypatch.setenv("TF_CONFIG", _stale_tf_config())
+    with pytest.raises(devices.DeviceConfigError, match=r"never came within 0.5 s.*TF_CONFIG"):
+        devices.strategy("auto", startup_timeout_s=0.5)
+
+
+WAITER = (
+    "from tfaccel import devices\n"
+    "devices.strategy('auto', startup_timeout_s=None)\n"
+    "print('joined', flush=True)\n"
+)
+
+
+def test_sigterm_stops_a_worker_waiting_for_its_peers():
+    env = dict(os.environ, TF_CONFIG=_stale_tf_config())
+    waiter = subprocess.Popen(
+        [sys.executable, "-c", WAITER],
+        env=env,
+        stderr=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        lines = [waiter.stderr.readline()]
+        while "joining a 2-worker cluster" not in lines[-1]:
+            lines.append(waiter.stderr.readline())
+            assert lines[-1], "".join(lines)
+        assert "from TF_CONFIG" in lines[-1]
+        time.sleep(0.5)  # inside the wait now
+        waiter.send_signal(signal.SIGTERM)
+        assert waiter.wait(timeout=60) == -signal.SIGTERM
+        assert "joined" not in waiter.stdout.read()
+    finally:
+        if waiter.poll() is None:
+            waiter.kill()

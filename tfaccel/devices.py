@@ -22,12 +22,13 @@ from typing import Any
 
 import tensorflow as tf
 
-from tfaccel import cluster, shared_strategy
+from tfaccel import cluster, rendezvous, shared_strategy
 from tfaccel.cluster import DeviceConfigError, read_tf_config
 
 STRATEGY_KINDS = ("auto", "default", "one_device", "mirrored", "multi_worker")
 """The kinds `strategy(kind)` accepts."""
 COLLECTIVE_TIMEOUT_S = 300.0
+STARTUP_TIMEOUT_S = 300.0  # multi-worker: how long the peers may take to come
 """Seconds a multi-worker collective waits for a peer before it fails (instead of hanging)."""
 
 
@@ -304,6 +305,7 @@ def strategy(
     devices: list[str] | None = None,
     cross_device_ops: Any = "auto",
     collective_timeout_s: float | None = COLLECTIVE_TIMEOUT_S,
+    startup_timeout_s: float | None = STARTUP_TIMEOUT_S,
 ) -> tf.distribute.Strategy:
     """Chooses a `tf.distribute.Strategy`.
 
@@ -327,13 +329,16 @@ def strategy(
             to one device for CPUs.
         collective_timeout_s: multi-worker collectives fail after this many seconds
             instead of hanging when a peer dies (None: wait for ever).
+        startup_timeout_s: multi-worker: how long to wait for every peer to come before
+            `DeviceConfigError` (None: wait for ever); Ctrl-C / SIGTERM stop the wait.
 
     Raises:
         ValueError: unknown kind.
         TypeError: `devices` is not a list of names (e.g. one string).
         DeviceConfigError: devices that do not exist, a malformed TF_CONFIG, inconsistent
             Slurm variables, `multi_worker` with neither TF_CONFIG nor Slurm, or
-            (multi_worker) this task's port already in use on this machine.
+            (multi_worker) this task's port already in use on this machine, or peers
+            that never came within `startup_timeout_s`.
     """
 
     if kind not in STRATEGY_KINDS:
@@ -374,6 +379,14 @@ def strategy(
             _check_own_port(tf_config)
         if info.source != "none":
             print(cluster.obeyed(info), file=sys.stderr, flush=True)
+            own = _own_address(info, tf_config)
+            if own is not None and own not in _served_ports:
+                peers = [a for a in info.addresses if a != own]
+                origin = "TF_CONFIG" if info.source == "TF_CONFIG" else "the Slurm job step"
+                try:
+                    rendezvous.wait(own, peers, startup_timeout_s, origin)
+                except rendezvous.PeersMissingError as error:
+                    raise DeviceConfigError(str(error)) from None
         options = tf.distribute.experimental.CommunicationOptions(
             timeout_seconds=collective_timeout_s
         )
@@ -398,6 +411,16 @@ def strategy(
     ops = _cross_device_ops(names) if cross_device_ops == "auto" else cross_device_ops
     made = tf.distribute.MirroredStrategy(devices=names, cross_device_ops=ops)
     return shared_strategy.keep(key, made)
+
+
+def _own_address(info, tf_config: dict | None) -> str | None:
+    """This worker's "host:port" in the cluster `info` describes."""
+    if tf_config and info.source == "TF_CONFIG":
+        task = tf_config["task"]
+        return tf_config["cluster"][task["type"]][task["index"]]
+    if info.task_index is not None and info.task_index < len(info.addresses):
+        return info.addresses[info.task_index]
+    return None
 
 
 def _check_own_port(tf_config: dict | None) -> None:
