@@ -157,6 +157,20 @@ def _doctor(args: argparse.Namespace) -> int:
     return _run_recipe("doctor", "--doctor", "", args, budget)
 
 
+def _check(args: argparse.Namespace) -> int:
+    """Runs `tfaccel.check`: the table on stdout, 1 when a check failed."""
+    import time
+
+    from tfaccel import check
+
+    began = time.perf_counter()
+    results = check.run(json_path=args.json, verbose=True)
+    print(check.format_table(results))
+    print(f"tfaccel check took {time.perf_counter() - began:.0f} s", end="")
+    print(f"; JSON in {args.json}" if args.json else "")
+    return 1 if any(r.status == check.FAILED for r in results) else 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="tfaccel", description="Fast Keras training on GPUs and clusters."
@@ -165,6 +179,18 @@ def build_parser() -> argparse.ArgumentParser:
     devices = commands.add_parser("devices", help="report devices, versions, and why no GPU")
     devices.add_argument("--json", action="store_true", help="print JSON instead of a table")
     devices.set_defaults(handler=_devices)
+    check = commands.add_parser(
+        "check",
+        help="self-test every hardware-dependent path here (run it first on a GPU machine)",
+        description="Checks, on this machine: the devices TensorFlow sees (and why not a "
+        "GPU), memory growth, the measured precision choice and a training step in it, "
+        "float16 loss scaling skipping an overflowing step, an XLA step, a MirroredStrategy "
+        "over all local devices against one device, an all-reduce, device-memory readings "
+        "and the doctor's verdict on a planted input-bound job. Prints one table; exits 1 "
+        "when a check fails. Keep its JSON with a bug report.",
+    )
+    check.add_argument("--json", metavar="FILE", help="also write the results as JSON to FILE")
+    check.set_defaults(handler=_check)
     launch = commands.add_parser(
         "launch",
         help="run a multi-worker job as N local processes",
