@@ -135,6 +135,7 @@ class Context:
         return max(tight, 1e-2) if self.tf32 else tight
 
     def tf32_note(self) -> str:
+        """What the table says where TensorFloat-32 loosens the tolerance (else nothing)."""
         return " (TensorFloat-32 matmuls: tolerance 1e-2)" if self.tf32 else ""
 
     @staticmethod
@@ -150,6 +151,7 @@ class Context:
         return model
 
     def data(self, x=None):
+        """The tiny job's batched dataset (`x`: other features, same labels)."""
         import tensorflow as tf
 
         x = self.x if x is None else x
@@ -185,6 +187,7 @@ class Context:
         return self._reference
 
     def mirrored(self):
+        """The `MirroredStrategy` over all local devices (one per process, shared)."""
         from tfaccel import devices
 
         return devices.strategy("mirrored", devices=self.local_devices)
