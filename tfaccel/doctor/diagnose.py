@@ -22,7 +22,9 @@ from tfaccel.train.losses import PerExampleLoss
 from tfaccel.train.runner import Runner
 
 DEFAULT_BUDGET_S = 60.0  # or EPOCH_SHARE of an epoch, whichever is larger
+"""Seconds `diagnose` measures for by default (or `EPOCH_SHARE` of an epoch, if larger)."""
 EPOCH_SHARE = 0.05
+"""The share of an epoch `diagnose` may measure for by default, when over `DEFAULT_BUDGET_S`."""
 ROUNDS = 3
 MIN_WINDOW_S, MAX_WINDOW_S = 0.05, 1.0  # each timed measurement, per round
 MB = 1024.0 * 1024.0
