@@ -199,11 +199,12 @@ def _measure(job: _Job, data, batch, began, budget_s, rounds):
         tf.config.experimental.reset_memory_stats(gpu)
     real = adopt(iter(inputs.distribute(strategy, inputs.repeat(data), endless=True)))
     cached = adopt(iter(inputs.distribute(strategy, measure.one_batch(data), endless=True)))
-    # Warm-up: traces, the first batch cached, the real pipeline started.
+    # Warm-up: traces (on the cached batch: the real iterator shares the trace), then the
+    # real pipeline started by one real step (which may take long: it is timed).
     runner.train(cached, 1)
-    runner.train(real, 1)
     t1 = min(measure.train_calls(runner, cached, 1, 2)[0])
-    real1 = measure.train_calls(runner, real, 1, 1)[0][0]
+    first_times, first_results = measure.train_calls(runner, real, 1, 1)
+    real1 = first_times[0]
 
     budget = budget_s or DEFAULT_BUDGET_S
     epoch = _epoch_steps(data, k)
@@ -237,24 +238,37 @@ def _measure(job: _Job, data, batch, began, budget_s, rounds):
     step_s, overhead_s = _fit(host1, hostn, long_n)
 
     # The real step, back to back (the first window drains what the buffers held), at
-    # the job's steps per call, fewer where a call would overrun a window.
-    sub = measure.agree(strategy, max(left * SHARES["real"] / WINDOWS, MIN_WINDOW_S))
-    m = max(1, min(job.chosen or long_n, long_n, int(sub / 2 / max(real1, t1))))
+    # the job's steps per call, fewer where a call would overrun a window; as many
+    # windows as its share of the budget holds (at least one).
+    share, per_step = left * SHARES["real"], max(real1, t1)
+    m = max(1, min(job.chosen or long_n, long_n, int(share / WINDOWS / 2 / per_step)))
     m = int(measure.agree(strategy, m))
-    windows = measure.train_windows(runner, real, m, sub, WINDOWS)
+    count = int(measure.agree(strategy, min(max(int(share / (m * per_step)), 1), WINDOWS)))
+    sub = measure.agree(strategy, max(share / count, MIN_WINDOW_S))
+    if share >= m * per_step:
+        windows = measure.train_windows(runner, real, m, sub, count)
+    else:  # not one more call fits: the first real step stands for it
+        unmeasured.append("the real step beyond its first call (a call exceeds its share)")
+        windows = [(real1, first_results[0].input_wait_s)]
     steady = windows[1:] or windows
     n = int(measure.agree(strategy, job.chosen or loop_size.choose(overhead_s, step_s)))
     real_s = statistics.median(w[0] for w in steady) - overhead_s / m + overhead_s / n
     waits = [w[1] for w in steady if w[1] is not None]
 
     # The input alone: a fresh iterator (it pays what an epoch pays to start), read back
-    # to back through the same distribution layer as the step.
-    sub_in = measure.agree(strategy, max(left * SHARES["input"] / WINDOWS, MIN_WINDOW_S))
-    reads = adopt(iter(inputs.distribute(strategy, inputs.repeat(data), endless=True)))
-    startup_s, reads_s = measure.read_windows(reads, sub_in, WINDOWS)
+    # to back through the same distribution layer as the step — where a batch fits in
+    # its share of the budget (a real step's time bounds a batch's).
+    share = left * SHARES["input"]
+    count = int(measure.agree(strategy, min(max(int(share / max(real1, 1e-6)) - 1, 0), WINDOWS)))
+    startup_s, reads_s, sub_in = None, [], MIN_WINDOW_S
+    if count:
+        sub_in = measure.agree(strategy, max(share / (count + 1), MIN_WINDOW_S))
+        reads = adopt(iter(inputs.distribute(strategy, inputs.repeat(data), endless=True)))
+        startup_s, reads_s = measure.read_windows(reads, sub_in, count)
     if not reads_s:
-        unmeasured.append("the input alone (no batch within its window)")
-        reads_s = [startup_s]
+        why = "no batch within its window" if count else "a batch takes longer than its share"
+        unmeasured.append(f"the input alone ({why}; the real step's time stands for it)")
+        reads_s = [statistics.median(w[0] for w in steady) / k]
     plain_s = None
     if not isinstance(strategy, type(tf.distribute.get_strategy())) or comm:
         plain = adopt(iter(inputs.sample_dataset(inputs.repeat(data))))
@@ -296,7 +310,7 @@ def _measure(job: _Job, data, batch, began, budget_s, rounds):
     if measured.real_wait_s is None:
         unmeasured.append("the real step's wait for input (not timed in this loop)")
     deadline = began + budget
-    unmeasured += _measure_input_fixes(strategy, sample, measured, deadline)
+    unmeasured += _measure_input_fixes(strategy, sample, measured, deadline, real1)
     measured.unmeasured = unmeasured
     return measured, _notes(measured, strategy, job), budget
 
@@ -305,7 +319,9 @@ def _median_or(values, default):
     return statistics.median(values) if values else default
 
 
-def _measure_input_fixes(strategy, sample, measured: rules.Measured, deadline: float) -> list:
+def _measure_input_fixes(
+    strategy, sample, measured: rules.Measured, deadline: float, batch_s: float
+) -> list:
     """Times the pipeline with each missing parallelism applied (`variants`) against the
     pipeline as it is, read the same way (no distribution layer): sets
     `measured.input_speedups`; returns what could not be measured in time."""
@@ -325,7 +341,7 @@ def _measure_input_fixes(strategy, sample, measured: rules.Measured, deadline: f
         f"the {key.replace('_', ' ')} fix (not rewritable)" for key, v in made.items() if v is None
     ]
     made = {key: v for key, v in made.items() if v is not None}
-    if seconds < MIN_WINDOW_S:
+    if seconds < max(MIN_WINDOW_S, 2 * batch_s):  # each read: a first batch and windows
         return skipped + [f"the {key.replace('_', ' ')} fix (no time left)" for key in made]
     base = _median_or(measure.read_windows(adopt(iter(sample.repeat())), seconds, 2)[1], None)
     speedups = {}

@@ -18,7 +18,8 @@ it (global batch / its seconds). The verdict:
    report says the parts disagree and trusts the real step (`disagreement`). Without
    a timed wait, input when its ceiling is below the cached step's rate.
 
-Predicted gains are the real step measured ÷ the step modelled with the fix: with
+Predicted gains are the step now ÷ the step modelled with the fix (for an input fix,
+the real step measured where it is slower than the model): with
 prefetch input and step overlap, `max(t_in, t_step)`; without, `t_in + t_step`, where
 `t_in` is the input as the real step saw it (`effective_input_s`). Input fixes are
 timed on the pipeline with the fix applied where that is cheap (`doctor.variants`).
@@ -253,8 +254,14 @@ def modelled_step_s(
 
 
 def _gain(m: Measured, **after) -> float:
-    """The real step measured ÷ the step modelled with the fix (`after`)."""
-    return m.real_s / max(modelled_step_s(m, **after), 1e-12)
+    """The step modelled now ÷ the step modelled with the fix (`after`)."""
+    return modelled_step_s(m) / max(modelled_step_s(m, **after), 1e-12)
+
+
+def _input_gain(m: Measured, **after) -> float:
+    """The real step measured ÷ the step modelled with an input fix (`after`): where the
+    input limits, the real step is the truth the model of the parts may miss."""
+    return max(m.real_s, modelled_step_s(m)) / max(modelled_step_s(m, **after), 1e-12)
 
 
 def _input_fixes(m: Measured) -> list[Fix]:
@@ -281,7 +288,7 @@ def _input_fixes(m: Measured) -> list[Fix]:
                 Fix(
                     "input",
                     "end the pipeline with .prefetch(tf.data.AUTOTUNE)",
-                    _gain(m, prefetch=True),
+                    _input_gain(m, prefetch=True),
                     f"{what}; with it the input overlaps the step",
                 )
             )
@@ -290,7 +297,7 @@ def _input_fixes(m: Measured) -> list[Fix]:
                 Fix(
                     "input",
                     "cache() after the maps (augment after it)",
-                    _gain(m, t_in=0.0),
+                    _input_gain(m, t_in=0.0),
                     f"{what}; from the second epoch their output is read back from memory "
                     "or disk (tfaccel.data.pipeline(cache=...)); the prediction is for the "
                     "epochs after the first",
@@ -318,7 +325,7 @@ def _input_fix(m: Measured, action: str, measured, what: str, t_in: float, model
         if measured is not None
         else f"not measured: modelled as {speedup:.0f}x"
     )
-    gain = _gain(m, t_in=t_in / max(speedup, 1e-9))
+    gain = _input_gain(m, t_in=t_in / max(speedup, 1e-9))
     return Fix("input", action, gain, f"{what}; {how}", measured=measured)
 
 
