@@ -116,10 +116,37 @@ def test_run_eagerly_is_refused_with_the_reason():
         tfaccel.Trainer(model)
 
 
-def test_an_optimizer_that_trained_outside_the_scope_is_restarted_loudly(mirrored):
+def test_an_optimizer_that_trained_outside_the_scope_continues_from_its_state(mirrored):
+    schedule = keras.optimizers.schedules.ExponentialDecay(0.01, decay_steps=2, decay_rate=0.5)
     model = linear()
-    model.compile(optimizer=keras.optimizers.SGD(0.01, momentum=0.9), loss="mse")
+    model.compile(optimizer=keras.optimizers.SGD(schedule, momentum=0.9), loss="mse")
     model.fit(X, Y, batch_size=8, epochs=1, verbose=0)  # 4 steps
+    trainer = tfaccel.Trainer(model, strategy=mirrored, steps_per_loop=1)
+    assert trainer.optimizer is not model.optimizer  # made in the strategy's scope
+    assert int(trainer.optimizer.iterations.numpy()) == 4
+    for got, want in zip(trainer.optimizer.variables, model.optimizer.variables, strict=True):
+        np.testing.assert_array_equal(got.numpy(), want.numpy())
+    # One more epoch continues exactly as model.fit would (the schedule at step 4 on).
+    reference = linear()
+    reference.set_weights(model.get_weights())
+    reference.compile(optimizer=keras.optimizers.SGD(schedule, momentum=0.9), loss="mse")
+    reference.optimizer.build(reference.trainable_variables)
+    for target, source in zip(
+        reference.optimizer.variables, model.optimizer.variables, strict=True
+    ):
+        target.assign(source)
+    reference.fit(X, Y, batch_size=8, epochs=1, shuffle=False, verbose=0)
+    trainer.fit(X, Y, batch_size=8, epochs=1, shuffle=False, verbose=0)
+    for got, want in zip(model.get_weights(), reference.get_weights(), strict=True):
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+
+
+def test_an_optimizer_whose_state_does_not_fit_is_restarted_loudly(mirrored):
+    other = linear()
+    other.compile(optimizer=keras.optimizers.SGD(0.01, momentum=0.9), loss="mse")
+    other.fit(X, Y, batch_size=8, epochs=1, verbose=0)
+    model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(3), keras.layers.Dense(1)])
+    model.compile(optimizer=other.optimizer, loss="mse")  # slots of another model
     with pytest.warns(UserWarning, match="has trained 4 steps.*restart from 0"):
         trainer = tfaccel.Trainer(model, strategy=mirrored)
     assert int(trainer.optimizer.iterations.numpy()) == 0

@@ -102,7 +102,7 @@ def resolve(model, strategy, *, optimizer, loss, loss_weights, metrics, weighted
     resolved = Resolved(
         model=model,
         source_model=source,
-        optimizer=optimizer_in_scope(chosen_optimizer, strategy),
+        optimizer=optimizer_in_scope(chosen_optimizer, strategy, model),
         loss=loss,
         loss_weight=loss_weight(choose(loss_weights, given, "loss_weights"), model),
         metrics=_single_output(metrics, "metrics"),
@@ -212,11 +212,13 @@ def variables_in_scope(variables, strategy) -> bool:
     )
 
 
-def optimizer_in_scope(optimizer, strategy):
-    """`optimizer`, or a fresh one from its config when its variables are outside the scope.
+def optimizer_in_scope(optimizer, strategy, model=None):
+    """`optimizer`, or one made from its config in the scope when its variables are outside it.
 
-    Call inside `strategy.scope()`. A fresh optimizer has no state: one that already
-    trained (outside the scope) starts again, with a log line saying so.
+    Call inside `strategy.scope()`. An optimizer that already trained (`iterations` > 0)
+    continues from its state: the new one is built on `model`'s trainable variables (the
+    in-scope copy of the model it trained) and given its step count and slots. When they
+    do not match, it starts again, with a warning saying so.
     """
     if not isinstance(optimizer, keras.optimizers.Optimizer):
         return optimizer
@@ -224,17 +226,46 @@ def optimizer_in_scope(optimizer, strategy):
         return optimizer
     fresh = type(optimizer).from_config(optimizer.get_config())
     steps = int(optimizer.iterations.numpy())
-    if steps:
-        warnings.warn(
-            f"The optimizer ({type(optimizer).__name__}) was created outside the strategy's "
-            f"scope and has trained {steps} steps. The Trainer cannot use its variables, so "
-            "it trains with a new one made from its config: the step count (and a learning "
-            "rate schedule) restart from 0 and its slots (momentum, moments) are empty. To "
-            "continue, build the model and optimizer inside `with strategy.scope():`, or "
-            "resume from a Trainer checkpoint (fit(checkpoint_dir=...)).",
-            stacklevel=2,
+    if not steps:
+        return fresh
+    if model is not None and _copy_state(optimizer, fresh, model):
+        logger.info(
+            "The optimizer (%s) was created outside the strategy's scope after %d steps; the "
+            "Trainer's copy made inside it continues from its step count and slots.",
+            type(optimizer).__name__,
+            steps,
         )
+        return fresh
+    fresh = type(optimizer).from_config(optimizer.get_config())  # unbuilt again
+    warnings.warn(
+        f"The optimizer ({type(optimizer).__name__}) was created outside the strategy's "
+        f"scope and has trained {steps} steps, on variables that do not match the model's. "
+        "The Trainer trains with a new one made from its config: the step count (and a "
+        "learning rate schedule) restart from 0 and its slots (momentum, moments) are "
+        "empty. To continue, build the model and optimizer inside `with strategy.scope():`, "
+        "or resume from a Trainer checkpoint (fit(checkpoint_dir=...)).",
+        stacklevel=3,
+    )
     return fresh
+
+
+def _copy_state(old, new, model) -> bool:
+    """Builds `new` on `model`'s trainable variables and gives it `old`'s variables (in
+    order, every shape equal); False when they do not match (then `new` is not used)."""
+    if not old.built:
+        return False
+    try:
+        new.build(model.trainable_variables)
+    except (ValueError, TypeError):
+        return False
+    pairs = list(zip(new.variables, old.variables, strict=False))
+    if len(new.variables) != len(old.variables) or any(
+        tuple(a.shape) != tuple(b.shape) or a.dtype != b.dtype for a, b in pairs
+    ):
+        return False
+    for target, source in pairs:
+        target.assign(source.value)
+    return True
 
 
 def metrics_in_scope(metrics, strategy):
