@@ -14,7 +14,7 @@ from tfaccel.callbacks._steps import share, user_stacklevel, wait_for
 VERDICTS = ("input", "host", "compute")
 HINTS = {
     "input": "the steps wait for batches: tfaccel.data.explain(dataset) names what the "
-    "pipeline lacks (cache, parallel map, prefetch)",
+    "pipeline lacks (parallel reading, parallel map, prefetch, cache)",
     "host": "time goes between calls (Python, callbacks, checkpoints): run more steps per "
     "call (steps_per_execution / steps_per_loop) or lighten the callbacks",
     "compute": "the steps themselves: tfaccel.doctor.diagnose(...) says whether a larger "
