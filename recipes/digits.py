@@ -18,8 +18,10 @@ from __future__ import annotations
 import pathlib
 import time
 
-import common  # recipes/common.py: the shared command line and outputs
+import batch_tuning  # recipes/batch_tuning.py: --tune-batch-size
+import common  # recipes/common.py: the shared command line and set-up
 import keras
+import outputs  # recipes/outputs.py: history.csv, metrics.json, curves.png, model.keras
 from sklearn.datasets import load_digits
 from sklearn.model_selection import train_test_split
 
@@ -78,7 +80,7 @@ def main(argv=None) -> dict:
         x_train, y_train = x_train[: common.SMOKE_TRAIN], y_train[: common.SMOKE_TRAIN]
     data = tfaccel.data
     if args.tune_batch_size:
-        common.tune_batch_size(
+        batch_tuning.tune_batch_size(
             run,
             build_model,
             data.from_arrays(x_train, y_train),
@@ -110,7 +112,7 @@ def main(argv=None) -> dict:
     )
     if args.doctor:  # diagnose instead of training (tfaccel doctor recipes/digits.py)
         return common.doctor(run, trainer, train)
-    chosen, throughput = common.callbacks(run, callbacks.DeviceMemory())
+    chosen, throughput = outputs.callbacks(run, callbacks.DeviceMemory())
     history = trainer.fit(
         train,
         epochs=args.epochs,
@@ -129,12 +131,12 @@ def main(argv=None) -> dict:
         "throughput": throughput.summary,
     }
     (logdir / "summary.json").write_text(strict_json.dumps(summary, indent=2, default=str))
-    common.finish(
+    outputs.finish(
         run,
         history,
         metric="accuracy",
         final={"test_loss": results["loss"], "test_accuracy": results["accuracy"]},
-        examples_per_sec=common.examples_per_second(throughput),
+        examples_per_sec=outputs.examples_per_second(throughput),
         settings=trainer.settings,
         trainer=trainer,
     )

@@ -24,9 +24,11 @@ import csv
 import os
 import warnings
 
-import common  # recipes/common.py: the shared command line and outputs
+import batch_tuning  # recipes/batch_tuning.py: --tune-batch-size
+import common  # recipes/common.py: the shared command line and set-up
 import keras
 import numpy as np
+import outputs  # recipes/outputs.py: history.csv, metrics.json, curves.png, model.keras
 import tensorflow as tf
 
 import tfaccel
@@ -209,7 +211,7 @@ def main(argv=None) -> dict:
     decode, scale = decoder(size), scaler(pretrained)
     if args.tune_batch_size:
         sample = tfaccel.data.from_arrays(paths_arr[train_idx], labels[train_idx])
-        common.tune_batch_size(
+        batch_tuning.tune_batch_size(
             run,
             build_model,
             sample.map(decode).map(scale),
@@ -241,7 +243,7 @@ def main(argv=None) -> dict:
     )
     if args.doctor:  # diagnose instead of training (tfaccel doctor recipes/kaggle_dog_breeds.py)
         return common.doctor(run, trainer, train)
-    chosen, throughput = common.callbacks(run)
+    chosen, throughput = outputs.callbacks(run)
     history = trainer.fit(
         train,
         epochs=args.epochs,
@@ -278,12 +280,12 @@ def main(argv=None) -> dict:
                 image_id = os.path.splitext(os.path.basename(path))[0]
                 writer.writerow([image_id, *(f"{v:.6g}" for v in row)])
         print(f"Wrote {len(test_paths)} rows to {run.out / 'submission.csv'}")
-    return common.finish(
+    return outputs.finish(
         run,
         history,
         metric="accuracy",
         final={"val_loss": results["loss"], "val_accuracy": results["accuracy"]},
-        examples_per_sec=common.examples_per_second(throughput),
+        examples_per_sec=outputs.examples_per_second(throughput),
         settings=trainer.settings,
         trainer=trainer,
         extra={

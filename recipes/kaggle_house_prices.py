@@ -21,9 +21,11 @@ from __future__ import annotations
 
 import os
 
-import common  # recipes/common.py: the shared command line and outputs
+import batch_tuning  # recipes/batch_tuning.py: --tune-batch-size
+import common  # recipes/common.py: the shared command line and set-up
 import keras
 import numpy as np
+import outputs  # recipes/outputs.py: history.csv, metrics.json, curves.png, model.keras
 import pandas as pd
 
 import tfaccel
@@ -185,7 +187,7 @@ def train_one(run, encoder, train, val=None, *, tag: str, checkpoint_dir=None):
         strategy=run.strategy,
     )
     if tag == "all data":
-        chosen, throughput = common.callbacks(run)
+        chosen, throughput = outputs.callbacks(run)
     else:
         throughput = tfaccel.callbacks.Throughput(verbose=0)
         chosen = [throughput]
@@ -220,7 +222,7 @@ def main(argv=None) -> dict:
         encoder = TabularEncoder(train, features)
         x = encoder(train)
         y = np.log(train[TARGET].to_numpy("float32"))[:, None]
-        common.tune_batch_size(
+        batch_tuning.tune_batch_size(
             run,
             lambda: build_model(x.shape[1], float(y.mean())),
             tfaccel.data.from_arrays(x, y),
@@ -257,12 +259,12 @@ def main(argv=None) -> dict:
     if run.is_chief:
         submission.to_csv(run.out / "submission.csv", index=False)
         print(f"Wrote {len(submission)} predictions to {run.out / 'submission.csv'}")
-    return common.finish(
+    return outputs.finish(
         run,
         history,
         metric="log_rmse",
         final={"cv_log_rmse": mean, "train_log_rmse": train_score},
-        examples_per_sec=common.examples_per_second(throughput),
+        examples_per_sec=outputs.examples_per_second(throughput),
         settings=trainer.settings,
         trainer=trainer,
         extra={"folds": args.folds, "fold_log_rmse": scores, "cv_log_rmse_mean": mean},

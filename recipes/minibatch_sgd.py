@@ -18,10 +18,13 @@ from __future__ import annotations
 import csv
 import time
 
-import common  # recipes/common.py: the shared command line and outputs
+import batch_tuning  # recipes/batch_tuning.py: --tune-batch-size
+import common  # recipes/common.py: the shared command line and set-up
 import keras
 import mlp_fashion_mnist as mlp
 import numpy as np
+import outputs  # recipes/outputs.py: history.csv, metrics.json, curves.png, model.keras
+import tfds_or_digits  # recipes/tfds_or_digits.py: TFDS, or the digits offline
 
 import tfaccel
 
@@ -105,9 +108,9 @@ def main(argv=None) -> dict:
         raise ValueError(
             f"--batch-sizes {bad} must be positive multiples of the {run.replicas} replicas."
         )
-    data = common.load_tfds(run, "fashion_mnist", ("train", "test"), (28, 28, 1))
+    data = tfds_or_digits.load(run, "fashion_mnist", ("train", "test"), (28, 28, 1))
     if args.tune_batch_size:  # adds the probe's best batch to the comparison
-        common.tune_batch_size(
+        batch_tuning.tune_batch_size(
             run, mlp.build_model, data["train"].map(mlp.flatten), loss=mlp.LOSS, optimizer="sgd"
         )
         args.batch_sizes = sorted({*args.batch_sizes, args.batch_size})
@@ -162,7 +165,7 @@ def main(argv=None) -> dict:
             "learning_rate": rate,
             "test_loss": history["val_loss"][-1],
             "test_accuracy": history["val_accuracy"][-1],
-            "examples_per_second": common.examples_per_second(throughput),
+            "examples_per_second": outputs.examples_per_second(throughput),
             "seconds": recorder.points[-1][0] if recorder.points else float("nan"),
         }
         print(
@@ -181,7 +184,7 @@ def main(argv=None) -> dict:
                     writer.writerow([batch, epoch] + [history[k][epoch] for k in keys[2:]])
         plot_progress(points, run.out / "loss_curves.png")
     best = max(results, key=lambda b: results[b]["test_accuracy"])
-    return common.finish(
+    return outputs.finish(
         run,
         histories,
         metric="accuracy",

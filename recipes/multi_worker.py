@@ -22,13 +22,18 @@ from __future__ import annotations
 
 import pathlib
 
-import common  # recipes/common.py: the shared command line and outputs
+import batch_tuning  # recipes/batch_tuning.py: --tune-batch-size
+import common  # recipes/common.py: the shared command line and set-up
+import keras
 import numpy as np
-import resnet_cifar10
+import outputs  # recipes/outputs.py: history.csv, metrics.json, curves.png, model.keras
+import resnet_cifar10  # the model, preprocessing, augmentation and optimizer of the job
+import tfds_or_digits  # recipes/tfds_or_digits.py: TFDS, or the digits offline
 
 import tfaccel
 
 NAME = "multi_worker"
+LOSS = "sparse_categorical_crossentropy"
 
 
 def task_index() -> int:
@@ -46,10 +51,79 @@ def main(argv=None) -> dict:
         help="every worker saves its final weights as weights.worker<i>.npz under --out",
     )
     args = p.parse_args(argv)
+    # With a multi-worker TF_CONFIG, setup's tfaccel.devices.strategy("auto") is a
+    # MultiWorkerMirroredStrategy: every worker runs this same program.
+    run = common.setup(args, NAME)
     config = tfaccel.devices.read_tf_config()
     workers = len((config or {}).get("cluster", {}).get("worker", [])) or 1
-    summary, trainer = resnet_cifar10.train(
-        args, NAME, extra={"workers": workers, "task_index": task_index()}
+    data = tfds_or_digits.load(run, "cifar10", ("train", "test"), (32, 32, 3))
+
+    def model() -> keras.Model:  # the Trainer calls it in the strategy's scope
+        return resnet_cifar10.build_model(args.width)
+
+    if args.tune_batch_size:  # every worker probes alike and gets the same batch size
+        examples = data["train"].map(resnet_cifar10.normalize)
+        batch_tuning.tune_batch_size(run, model, examples, loss=LOSS, optimizer="sgd")
+
+    # Given a multi-worker strategy, the pipeline is a dataset function: each worker
+    # reads its own shard of the examples and batches its share of the global batch.
+    train = tfaccel.data.pipeline(
+        data["train"],
+        batch_size=args.batch_size,  # global: summed over all workers' replicas
+        training=True,
+        preprocess=resnet_cifar10.normalize,
+        augment=resnet_cifar10.pad_crop_flip,
+        seed=args.seed,
+        strategy=run.strategy,
+    )
+    test = tfaccel.data.pipeline(
+        data["test"],
+        batch_size=args.batch_size,
+        training=False,
+        preprocess=resnet_cifar10.normalize,
+        strategy=run.strategy,
+    )
+    print(f"Data plan:\n{tfaccel.data.explain(train)}")
+
+    steps_per_epoch = max(1, int(data["train"].cardinality()) // args.batch_size)
+    trainer = tfaccel.Trainer(
+        model,
+        optimizer=lambda: resnet_cifar10.sgd_warmup_cosine(
+            args.learning_rate, args.epochs, steps_per_epoch
+        ),
+        loss=LOSS,
+        metrics=["accuracy"],
+        strategy=run.strategy,  # gradients are all-reduced over every worker's replicas
+        precision=common.trainer_precision(run),
+    )
+    if args.doctor:  # diagnose (communication included) instead of training
+        return common.doctor(run, trainer, train)
+
+    # Every worker trains and checkpoints (the Trainer has the chief write); the callbacks
+    # write history.csv and TensorBoard logs on the chief only.
+    callbacks, throughput = outputs.callbacks(run)
+    history = trainer.fit(
+        train,
+        epochs=args.epochs,
+        validation_data=test,
+        callbacks=callbacks,
+        checkpoint_dir=args.checkpoint_dir,
+        verbose=args.verbose,
+    ).history
+    if history.get("val_loss"):  # the test set validated every epoch: its last result
+        final = {"test_loss": history["val_loss"][-1], "test_accuracy": history["val_accuracy"][-1]}
+    else:  # nothing left to train (a finished checkpoint): evaluate what was restored
+        results = trainer.evaluate(test)
+        final = {"test_loss": results["loss"], "test_accuracy": results["accuracy"]}
+    summary = outputs.finish(  # metrics.json and curves.png on the chief only
+        run,
+        history,
+        metric="accuracy",
+        final=final,
+        examples_per_sec=outputs.examples_per_second(throughput),
+        settings=trainer.settings,
+        extra={"workers": workers, "task_index": task_index()},
+        trainer=trainer,
     )
     if args.export_weights:
         path = pathlib.Path(args.out or f"runs/{NAME}") / f"weights.worker{task_index()}.npz"

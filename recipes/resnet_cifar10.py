@@ -12,9 +12,12 @@ or `--doctor` (`tfaccel doctor RECIPE.py`) to diagnose what limits training.
 
 from __future__ import annotations
 
-import common  # recipes/common.py: the shared command line and outputs
+import batch_tuning  # recipes/batch_tuning.py: --tune-batch-size
+import common  # recipes/common.py: the shared command line and set-up
 import keras
+import outputs  # recipes/outputs.py: history.csv, metrics.json, curves.png, model.keras
 import tensorflow as tf
+import tfds_or_digits  # recipes/tfds_or_digits.py: TFDS, or the digits offline
 
 import tfaccel
 
@@ -22,6 +25,7 @@ NAME = "resnet_cifar10"
 MEAN = (0.4914, 0.4822, 0.4465)
 STD = (0.2470, 0.2435, 0.2616)
 WARMUP_EPOCHS = 2
+LOSS = "sparse_categorical_crossentropy"
 
 
 def normalize(image, label):
@@ -42,21 +46,17 @@ def build_model(width: int = 64) -> keras.Model:
     )
 
 
-def optimizer_for(epochs: int):
+def sgd_warmup_cosine(learning_rate: float, epochs: int, steps_per_epoch: int):
     """SGD momentum 0.9 with linear warm-up then cosine decay over `epochs`."""
-
-    def make(learning_rate: float, steps_per_epoch: int) -> keras.optimizers.Optimizer:
-        total = max(1, epochs * steps_per_epoch)
-        warmup = min(WARMUP_EPOCHS * steps_per_epoch, total // 2)
-        schedule = keras.optimizers.schedules.CosineDecay(
-            initial_learning_rate=learning_rate / 10 if warmup else learning_rate,
-            decay_steps=total - warmup,
-            warmup_target=learning_rate if warmup else None,
-            warmup_steps=warmup,
-        )
-        return keras.optimizers.SGD(schedule, momentum=0.9, weight_decay=5e-4)
-
-    return make
+    total = max(1, epochs * steps_per_epoch)
+    warmup = min(WARMUP_EPOCHS * steps_per_epoch, total // 2)
+    schedule = keras.optimizers.schedules.CosineDecay(
+        initial_learning_rate=learning_rate / 10 if warmup else learning_rate,
+        decay_steps=total - warmup,
+        warmup_target=learning_rate if warmup else None,
+        warmup_steps=warmup,
+    )
+    return keras.optimizers.SGD(schedule, momentum=0.9, weight_decay=5e-4)
 
 
 def parser():
@@ -65,23 +65,76 @@ def parser():
     return p
 
 
-def train(args, name: str = NAME, extra: dict | None = None):
-    """Runs the job for parsed `args`; returns (metrics.json's content, the Trainer)."""
-    run = common.setup(args, name)
-    data = common.load_tfds(run, "cifar10", ("train", "test"), (32, 32, 3))
-    return common.train_classifier(
-        run,
-        data,
-        build_model=lambda: build_model(args.width),
-        optimizer=optimizer_for(args.epochs),
+def main(argv=None) -> dict:
+    args = parser().parse_args(argv)
+    run = common.setup(args, NAME)  # devices, strategy, dtype policy, seed, --out
+    data = tfds_or_digits.load(run, "cifar10", ("train", "test"), (32, 32, 3))
+
+    def model() -> keras.Model:  # the Trainer calls it in the strategy's scope
+        return build_model(args.width)
+
+    if args.tune_batch_size:  # sets args.batch_size and args.learning_rate
+        examples = data["train"].map(normalize)
+        batch_tuning.tune_batch_size(run, model, examples, loss=LOSS, optimizer="sgd")
+
+    # Input pipelines: `normalize` runs once per example and is cached; `augment` runs
+    # after the cache, so every epoch sees new crops and flips; then a shuffle seeded by
+    # `seed`, batches of the global batch (each replica gets its share) and prefetch.
+    # `explain` prints the plan: the order, the cache, what a resumed run reproduces.
+    train = tfaccel.data.pipeline(
+        data["train"],
+        batch_size=args.batch_size,
+        training=True,
         preprocess=normalize,
         augment=pad_crop_flip,
-        extra=extra,
+        seed=args.seed,
+        strategy=run.strategy,
     )
+    test = tfaccel.data.pipeline(
+        data["test"],
+        batch_size=args.batch_size,
+        training=False,
+        preprocess=normalize,
+        strategy=run.strategy,
+    )
+    print(f"Data plan:\n{tfaccel.data.explain(train)}")
 
+    # The learning-rate schedule counts optimizer steps: it needs the steps per epoch.
+    steps_per_epoch = max(1, int(data["train"].cardinality()) // args.batch_size)
+    trainer = tfaccel.Trainer(
+        model,
+        optimizer=lambda: sgd_warmup_cosine(args.learning_rate, args.epochs, steps_per_epoch),
+        loss=LOSS,
+        metrics=["accuracy"],
+        strategy=run.strategy,
+        precision=common.trainer_precision(run),  # "auto": timed on this model's step
+    )
+    if args.doctor:  # diagnose what limits training, instead of training
+        return common.doctor(run, trainer, train)
 
-def main(argv=None) -> dict:
-    return train(parser().parse_args(argv))[0]
+    callbacks, throughput = outputs.callbacks(run)
+    history = trainer.fit(
+        train,
+        epochs=args.epochs,
+        validation_data=test,
+        callbacks=callbacks,
+        checkpoint_dir=args.checkpoint_dir,  # resumes from its latest checkpoint
+        verbose=args.verbose,
+    ).history
+    if history.get("val_loss"):  # the test set validated every epoch: its last result
+        final = {"test_loss": history["val_loss"][-1], "test_accuracy": history["val_accuracy"][-1]}
+    else:  # nothing left to train (a finished checkpoint): evaluate what was restored
+        results = trainer.evaluate(test)
+        final = {"test_loss": results["loss"], "test_accuracy": results["accuracy"]}
+    return outputs.finish(
+        run,
+        history,
+        metric="accuracy",
+        final=final,
+        examples_per_sec=outputs.examples_per_second(throughput),
+        settings=trainer.settings,
+        trainer=trainer,
+    )
 
 
 if __name__ == "__main__":

@@ -25,7 +25,9 @@ import kaggle_files  # noqa: E402
 import kaggle_house_prices  # noqa: E402
 import minibatch_sgd  # noqa: E402
 import mlp_fashion_mnist  # noqa: E402
+import outputs  # noqa: E402
 import resnet_cifar10  # noqa: E402
+import tfds_or_digits  # noqa: E402
 
 import tfaccel  # noqa: E402
 
@@ -65,7 +67,7 @@ def test_digits_recipe_reaches_95_percent_and_resumes(tmp_path, capsys):
     again = digits.main(["--logdir", str(tmp_path), "--verbose", "0"])
     assert again["test_accuracy"] == summary["test_accuracy"]
     assert (tmp_path / "history.csv").read_text().count("\n") == 16  # kept, not truncated
-    assert len(common.read_history(tmp_path / "history.csv")["loss"]) == 15
+    assert len(outputs.read_history(tmp_path / "history.csv")["loss"]) == 15
 
 
 def assert_outputs(out: pathlib.Path, metric: str, epochs: int = 1) -> dict:
@@ -141,7 +143,7 @@ def test_offline_fallback_trains_on_digits(tmp_path, monkeypatch, capsys):
     assert "offline fallback" in out
     metrics = assert_outputs(tmp_path, "accuracy")
     assert metrics["dataset"] == "digits (offline fallback)"
-    splits = common.digits_fallback(("train", "test"), (32, 32, 3), seed=0)
+    splits = tfds_or_digits.digits_fallback(("train", "test"), (32, 32, 3), seed=0)
     image, label = next(iter(splits["train"]))
     assert image.shape == (32, 32, 3) and image.dtype == "uint8" and 0 <= int(label) < 10
     assert int(splits["train"].cardinality()) + int(splits["test"].cardinality()) == 1797

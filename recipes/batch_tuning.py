@@ -1,0 +1,105 @@
+"""`--tune-batch-size`: probe the batch size before training, then train at the best one.
+
+`tune_batch_size(run, build_model, examples, loss=..., optimizer=...)` runs
+`tfaccel.tuning.find_batch_size` (or decides from the data alone, `tuning.before_probing`),
+prints the table, saves `batch_size.png` under `--out`, and sets the run's batch size and
+learning rate (scaled by the optimizer's rule) to the recommendation.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import common  # recipes/common.py: the command line and the run
+import keras
+import tensorflow as tf
+
+import tfaccel
+
+
+def tune_batch_size(
+    run: common.Run,
+    build_model: Callable[[], keras.Model],
+    unbatched: tf.data.Dataset,
+    *,
+    loss: Any,
+    optimizer: str,
+) -> None:
+    """--tune-batch-size: probe, print the table, save the plot, scale the learning rate.
+
+    Sets `run.args.batch_size` to the probe's best batch (a multiple of the replicas)
+    and scales `run.args.learning_rate` with it by the optimizer's rule (`tuning.rule_for`).
+
+    Raises:
+        RuntimeError: this tfaccel has no `tfaccel.tuning` (batch-size tuning).
+    """
+    tuning = getattr(tfaccel, "tuning", None)
+    if tuning is None:
+        raise RuntimeError(
+            "--tune-batch-size needs tfaccel.tuning.find_batch_size, which this tfaccel does "
+            "not have; upgrade tfaccel or drop --tune-batch-size."
+        )
+    args = run.args
+    examples = int(unbatched.cardinality())
+    if examples > 0 and not args.smoke:  # the data alone may decide: then nothing is probed
+        choice = tuning.before_probing(
+            batch_size=args.batch_size,
+            learning_rate=args.learning_rate,
+            optimizer=optimizer,
+            examples=examples,
+            replicas=run.replicas,
+        )
+        if choice is not None:
+            _apply_choice(args, choice, optimizer)
+            return
+    # The job's size bounds the probe (smoke runs are bounded by `limit` instead).
+    job = args.epochs * examples if examples > 0 and args.epochs > 0 and not args.smoke else None
+    if job:
+        print(
+            f"--tune-batch-size: probing for at most {tuning.budget.PROBE_SHARE:.0%} of a job of "
+            f"{job:,} examples ({args.epochs} epochs x {examples:,}), once the first batch "
+            "is timed (half for the candidates, half for the gradient noise scale); batches "
+            "keep at least 20 steps an epoch"
+        )
+    report = tuning.find_batch_size(
+        build_model,
+        unbatched,
+        loss=loss,
+        optimizer=optimizer,
+        strategy=run.strategy,
+        # Only a batch above yours can be chosen: the candidates start at it.
+        start=max(8 if args.smoke else args.batch_size, run.replicas),
+        limit=16 if args.smoke else None,
+        steps=1 if args.smoke else 5,
+        job_examples=job,
+    )
+    # The probe's models drew from the random generators: training starts from the seed
+    # as it would without tuning (the same batch then trains the same weights).
+    keras.utils.set_random_seed(args.seed)
+    print(report.table())
+    report.plot(str(run.out / "batch_size.png"))
+    choice = tuning.recommend(
+        report,
+        batch_size=args.batch_size,
+        learning_rate=args.learning_rate,
+        optimizer=optimizer,
+        replicas=run.replicas,
+    )
+    _apply_choice(args, choice, optimizer)
+
+
+def _apply_choice(args, choice, optimizer: str) -> None:
+    """Prints the choice and sets `args.batch_size` and `args.learning_rate` to it."""
+    if choice.kept:
+        print(
+            f"--tune-batch-size: {choice.reason}; training at batch {args.batch_size} and "
+            f"learning rate {args.learning_rate:.4g}, as given"
+        )
+        return
+    print(
+        f"--tune-batch-size: training with batch {choice.batch_size} (was {args.batch_size}) "
+        f"and learning rate {choice.learning_rate:.4g} (was {args.learning_rate:.4g}, "
+        f"{choice.rule} rule for {optimizer}): {choice.reason}"
+    )
+    args.batch_size, args.learning_rate = choice.batch_size, choice.learning_rate
