@@ -179,3 +179,16 @@ def test_a_cache_name_too_long_for_the_file_system_is_refused_up_front(tmp_path)
     with pytest.raises(ValueError, match="too long for this file system.*File name too long"):
         data.pipeline(labelled(0), batch_size=8, training=False, cache=path)
     assert os.listdir(tmp_path) == []
+
+
+def test_cleaning_a_checkpoint_dir_spares_files_named_like_temporaries(tmp_path):
+    from tfaccel.train import checkpoint_files
+
+    mine = ["notes.tempstate1", "checkpoint.tmpbeef", "model.data.tempstate42"]
+    ours = ["ckpt-3.index.tempstate123", "checkpoint.tmp" + "0" * 32]
+    for name in mine + ours:
+        (tmp_path / name).write_text("x")
+    (tmp_path / "ckpt-3_temp").mkdir()
+    removed = checkpoint_files.remove_temporaries(str(tmp_path))
+    assert removed == sorted([*ours, "ckpt-3_temp"])
+    assert sorted(os.listdir(tmp_path)) == sorted(mine)

@@ -165,9 +165,10 @@ def test_leftovers_of_interrupted_saves_are_removed_at_the_next_start(tmp_path):
     stray = tmp_path / "ckpt-12_temp"
     stray.mkdir()
     (stray / "part-00000-of-00001.data-00000-of-00001").write_bytes(b"half")
-    (tmp_path / "checkpoint.tmp0123abcd").write_text("model_checkpoint")
+    state = tmp_path / ("checkpoint.tmp" + "0123abcd" * 4)  # our uuid-named state file
+    state.write_text("model_checkpoint")
     trainer, _ = fit(tmp_path, epochs=1)  # finished: nothing to train
-    assert not stray.exists() and not (tmp_path / "checkpoint.tmp0123abcd").exists()
+    assert not stray.exists() and not state.exists()
     assert digest(tmp_path, 8) == before
     assert int(trainer.step.numpy()) == STEPS
 

@@ -21,7 +21,11 @@ PREFIX = "ckpt"
 CORRUPT = "corrupt"
 _FILE = re.compile(rf"^{PREFIX}-(\d+)\.(index|data-\d+-of-\d+)$")
 _STATE_ENTRY = re.compile(r'^\s*(?:all_)?model_checkpoint_paths?:\s*"([^"]+)"', re.MULTILINE)
-_TEMPORARY = re.compile(rf"^({PREFIX}-\d+_temp.*|checkpoint\.tmp[0-9a-f]+|.*\.tempstate\d+)$")
+# What our saves leave behind, and nothing a user could have named alike: TensorFlow's
+# shard folder and partial files of our own `ckpt-N` prefix, our uuid-named state file.
+_TEMPORARY = re.compile(
+    rf"^({PREFIX}-\d+_temp.*|checkpoint\.tmp[0-9a-f]{{32}}|{PREFIX}-\d+\.\S*\.tempstate\d+)$"
+)
 
 
 def check_directory(directory: str, *, writable: bool) -> None:
