@@ -147,6 +147,7 @@ class _ResNetBlock(layers.Layer):
 
     @property
     def output_filters(self) -> int:
+        """Channels of the block's output: `filters`."""
         return self.filters
 
     def _build_shortcut(self, input_shape) -> None:
@@ -270,6 +271,7 @@ class BottleneckBlock(_ResNetBlock):
 
     @property
     def output_filters(self) -> int:
+        """Channels of the block's output: `filters * expansion`."""
         return self.filters * self.expansion
 
     def build(self, input_shape):

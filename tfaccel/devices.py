@@ -28,8 +28,9 @@ from tfaccel.cluster import DeviceConfigError, read_tf_config
 STRATEGY_KINDS = ("auto", "default", "one_device", "mirrored", "multi_worker")
 """The kinds `strategy(kind)` accepts."""
 COLLECTIVE_TIMEOUT_S = 300.0
-STARTUP_TIMEOUT_S = 300.0  # multi-worker: how long the peers may take to come
 """Seconds a multi-worker collective waits for a peer before it fails (instead of hanging)."""
+STARTUP_TIMEOUT_S = 300.0  # multi-worker: how long the peers may take to come
+"""Seconds a multi-worker start waits for every peer to arrive before naming the missing ones."""
 
 
 @dataclasses.dataclass(frozen=True)

@@ -60,6 +60,7 @@ class Report:
         return out
 
     def to_dict(self) -> dict:
+        """The report as a JSON-ready dict: verdict, measured parts, fixes and notes."""
         m = self.measured
         return {
             "verdict": self.verdict,

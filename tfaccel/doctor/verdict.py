@@ -107,6 +107,7 @@ class Fix:
     measured: float | None = None  # the speed-up measured of the part it changes, if any
 
     def line(self) -> str:
+        """One line: the action, its predicted gain, why, and when it applies."""
         gain = "" if self.gain is None else f" (predicted {self.gain:.2f}x)"
         when = f", {self.condition}" if self.condition else ""
         return f"{self.action}{gain}: {self.why}{when}"

@@ -245,6 +245,7 @@ class Trainer:
         return self.runner.epoch_logs()
 
     def reset_metrics(self) -> None:
+        """Resets the loss tracker and the metrics (as `model.reset_metrics`)."""
         self.runner.reset_metrics()
 
     def _prepare(self, data, steps, what: str):

@@ -46,6 +46,7 @@ class ProbeRow:
         return getattr(self, key)
 
     def to_dict(self) -> dict:
+        """The row as a dict."""
         return dataclasses.asdict(self)
 
 
