@@ -225,10 +225,12 @@ class PipelineModel(keras.Model):
 
     @property
     def inputs(self):
+        """The first stage's symbolic inputs (as a functional model's `inputs`)."""
         return self.stages[0].inputs
 
     @property
     def outputs(self):
+        """The last stage's symbolic outputs (as a functional model's `outputs`)."""
         return self.stages[-1].outputs
 
     def build(self, input_shape=None):
