@@ -230,10 +230,10 @@ def test_shutdown_grpc_noise_is_shown_when_the_job_fails():
         assert part in result.stdout, result.stdout
 
 
-def test_readme_model_fit_script_runs_on_two_workers(tmp_path):
-    from test_readme import README, python_blocks
+def test_docs_model_fit_script_runs_on_two_workers(tmp_path):
+    from test_docs import DOCS, page_blocks
 
-    (block,) = python_blocks(README.read_text(), sections=("Porting from `model.fit`",))
+    (block,) = page_blocks(DOCS / "how-to" / "port-model-fit.md")
     script = tmp_path / "fit_script.py"
     script.write_text(block)
     result = tfaccel_launch("--workers", "2", "--timeout", "200", "--", sys.executable, str(script))
