@@ -332,3 +332,18 @@ def test_a_lock_refresh_on_a_full_disk_says_so_and_leaves_no_temporary_file(tmp_
         held.release()
     assert [p.name for p in tmp_path.iterdir()] == []  # no temporary left; lock released
     assert '"token"' in before
+
+
+class InterruptTwice(keras.callbacks.Callback):
+    def on_train_batch_end(self, batch, logs=None):
+        if batch >= 1:
+            os.kill(os.getpid(), signal.SIGINT)
+            os.kill(os.getpid(), signal.SIGINT)
+
+
+def test_a_second_ctrl_c_stops_at_once(capfd):
+    trainer = tfaccel.Trainer(linear, loss="mse", steps_per_loop=1)
+    with pytest.raises(KeyboardInterrupt, match="second Ctrl-C"):
+        trainer.fit(X, Y, batch_size=8, epochs=3, callbacks=[InterruptTwice()], verbose=0)
+    assert not trainer.preempted and int(trainer.step.numpy()) == 2
+    assert "Ctrl-C again stops at once" in capfd.readouterr().err

@@ -72,6 +72,20 @@ class PreemptionWatcher:
         return self._multi_worker
 
     def _handler(self, signum, frame):
+        if signum == signal.SIGINT and self.signal_received == signal.SIGINT:
+            raise KeyboardInterrupt("a second Ctrl-C: stopped at once, nothing saved")
+        if self.signal_received is None:
+            print(
+                f"tfaccel: {signal.Signals(signum).name} received: finishing the current step "
+                "loop, then stopping"
+                + (
+                    " (Ctrl-C again stops at once, saving nothing)."
+                    if signum == signal.SIGINT
+                    else "."
+                ),
+                file=sys.stderr,
+                flush=True,
+            )
         self.signal_received = signum
 
     def __enter__(self):
