@@ -63,7 +63,6 @@ def own_seed(build):
     return built_with_own_seed
 
 
-# Random ops that draw from a hidden state (a resumed run cannot replay them).
 STATEFUL_RANDOM_OPS = frozenset(
     {
         "RandomUniform",
@@ -86,6 +85,7 @@ STATEFUL_RANDOM_OPS = frozenset(
         "RngSkip",
     }
 )
+"""TensorFlow ops that draw from a hidden random state (a resumed run cannot replay them)."""
 
 
 def stateful_random_ops(dataset: tf.data.Dataset) -> list[str]:
