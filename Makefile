@@ -27,10 +27,10 @@ test: lint
 
 # The documentation site (mkdocs.yml, docs/): --strict fails on a broken link or reference.
 docs: $(STAMP)
-	$(BIN)/mkdocs build --strict
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
 
 docs-serve: $(STAMP)
-	$(BIN)/mkdocs serve
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs serve
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/data_pipeline.py
