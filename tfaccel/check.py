@@ -180,11 +180,20 @@ class Context:
         return trainer, history.history["loss"][-1], trainer.model.get_weights()
 
     def reference(self):
-        """(loss, weights) of the float32 run on one device (made once)."""
+        """(loss, weights) of the float32 run on the default device (made once)."""
         if self._reference is None:
             _, loss, weights = self.fit()
             self._reference = (loss, weights)
         return self._reference
+
+    def one_of_local_devices(self):
+        """One device of `local_devices`: the default strategy, or the first CPU where a
+        single GPU left the mirrored run to the two logical CPUs."""
+        from tfaccel import devices
+
+        if self.gpus and "CPU" in self.local_devices[0].upper():
+            return devices.strategy("one_device", devices=[self.local_devices[0]])
+        return None  # the default strategy: GPU:0, or the CPU without GPUs
 
     def mirrored(self):
         """The `MirroredStrategy` over all local devices (one per process, shared)."""
@@ -339,18 +348,20 @@ def check_xla(ctx: Context) -> Found:
 
 
 def check_mirrored(ctx: Context) -> Found:
-    loss1, weights1 = ctx.reference()
+    one = ctx.one_of_local_devices()
+    if one is None:  # GPUs (TensorFloat-32 where they have it), or the CPU alone
+        loss1, weights1 = ctx.reference()
+        tolerance, note = ctx.tolerance(1e-5), ctx.tf32_note()
+    else:  # one GPU: two logical CPUs against the first of them
+        _, loss1, weights1 = ctx.fit(strategy=one)
+        tolerance, note = 1e-5, " (one GPU: the CPU split in two, against CPU:0)"
     strategy = ctx.mirrored()
     _, loss, weights = ctx.fit(strategy=strategy)
     gap = _weight_gap(weights, weights1)
     figure = f"max |Δw| {gap:.1e}, loss {loss:.5f} vs {loss1:.5f}"
-    tolerance = ctx.tolerance(1e-5)
     if gap > tolerance or _loss_gap(loss, loss1) > tolerance:
         raise CheckFailed("the mirrored run differs from one device", figure, gap)
-    ran = f"{strategy.num_replicas_in_sync} replicas: {_devices_note(ctx.local_devices)}"
-    if len(ctx.gpus) == 1:
-        ran += " (one GPU: the CPU split in two)"
-    ran += ctx.tf32_note()
+    ran = f"{strategy.num_replicas_in_sync} replicas: {_devices_note(ctx.local_devices)}" + note
     result = f"equal to one device on the same global batch (within {tolerance:g})"
     return Found(ran, result, figure, gap)
 
@@ -380,7 +391,7 @@ def check_all_reduce(ctx: Context) -> Found:
         strategy.experimental_local_results(step())[0].numpy()
         times.append(time.perf_counter() - began)
     rate = 4 * size / MB / float(np.median(times))
-    ops = type(strategy.extended._cross_device_ops or "").__name__
+    ops = type(getattr(strategy.extended, "_cross_device_ops", None)).__name__
     return Found(
         f"{n} replicas ({ops})",
         f"sum of replica ids + 1 = {expected:g} on every replica",
