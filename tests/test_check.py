@@ -91,6 +91,14 @@ def test_every_check_passing_exits_zero(monkeypatch, capsys):
     assert "1 passed, 1 skipped, 0 failed" in capsys.readouterr().out
 
 
+def test_a_json_path_in_no_folder_is_refused_before_checking(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(check, "CHECKS", {"broken": _broken})  # never reached
+    assert cli.main(["check", "--json", str(tmp_path / "missing" / "check.json")]) == 2
+    assert cli.main(["check", "--json", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert "is in no folder" in err and "is a folder" in err and "--json check.json" in err
+
+
 def test_check_help_does_not_import_tensorflow():
     command = pathlib.Path(sys.executable).with_name("tfaccel")
     result = subprocess.run(

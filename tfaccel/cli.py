@@ -161,6 +161,18 @@ def _check(args: argparse.Namespace) -> int:
     """Runs `tfaccel.check`: the table on stdout, 1 when a check failed."""
     import time
 
+    if args.json is not None:
+        import pathlib
+
+        target = pathlib.Path(args.json)
+        if target.is_dir() or not target.parent.is_dir():
+            where = "is a folder" if target.is_dir() else f"is in no folder ({target.parent})"
+            print(
+                f"tfaccel check: --json {args.json} {where}; pass a file path in an existing "
+                "folder, e.g. --json check.json",
+                file=sys.stderr,
+            )
+            return 2
     from tfaccel import check
 
     began = time.perf_counter()
