@@ -460,3 +460,18 @@ def test_doctor_budget_must_be_positive(tmp_path):
     argv = ["--smoke", "--doctor", "--doctor-budget", "0", "--out", str(tmp_path)]
     with pytest.raises(ValueError, match="--doctor-budget must be a number of seconds > 0"):
         digits.main(argv)
+
+
+@pytest.mark.parametrize(
+    "recipe", ["mlp_fashion_mnist", "googlenet_fashion_mnist", "resnet_cifar10", "multi_worker"]
+)
+def test_recipes_show_the_api_in_their_own_file(recipe):
+    # Issue 42: a reader learns the pipeline, the Trainer, fit and evaluate from the recipe
+    # itself, not from a helper in common.py (which keeps the command line and set-up).
+    import ast
+
+    tree = ast.parse((ROOT / "recipes" / f"{recipe}.py").read_text())
+    main = next(n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "main")
+    called = {ast.unparse(n.func) for n in ast.walk(main) if isinstance(n, ast.Call)}
+    assert {"tfaccel.data.pipeline", "tfaccel.Trainer", "trainer.fit", "trainer.evaluate"} <= called
+    assert (ROOT / "recipes" / "common.py").read_text().count("\n") <= 300
