@@ -77,6 +77,7 @@ def main(argv=None) -> dict:
     if args.doctor:  # diagnose what limits training, instead of training
         return common.doctor(run, trainer, train)
 
+    # Plain Keras callbacks: examples/s (tfaccel.callbacks.Throughput), history.csv, TensorBoard.
     callbacks, throughput = outputs.callbacks(run)
     history = trainer.fit(
         train,
