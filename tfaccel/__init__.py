@@ -34,6 +34,7 @@ _NAMES = {
 _SUBMODULES = (
     "blocks",
     "callbacks",
+    "check",
     "cluster",
     "data",
     "devices",
@@ -59,6 +60,7 @@ __all__ = [
     "TrainingDivergedError",
     "blocks",
     "callbacks",
+    "check",
     "cluster",
     "data",
     "devices",
@@ -73,6 +75,7 @@ if TYPE_CHECKING:  # what static tools and IDEs see
     from tfaccel import (
         blocks,
         callbacks,
+        check,
         cluster,
         data,
         devices,
