@@ -7,7 +7,7 @@ import pathlib
 import subprocess
 import sys
 
-from tfaccel import check, cli
+from tfaccel import check, checks, cli
 
 
 def test_tfaccel_check_passes_or_skips_every_check_with_a_reason(tmp_path):
@@ -40,7 +40,7 @@ def test_tfaccel_check_passes_or_skips_every_check_with_a_reason(tmp_path):
     for name in ("precision step", "float16 loss scaling", "xla", "mirrored", "all-reduce"):
         assert results[name]["status"] == "passed", results[name]
     assert results["mirrored"]["value"] < 1e-5  # the weights' gap, relative
-    assert results["float16 loss scaling"]["value"] == 32768 / 2**check.STEPS
+    assert results["float16 loss scaling"]["value"] == 32768 / 2**checks.STEPS
     assert "'input'" in results["doctor"]["result"]
 
 
