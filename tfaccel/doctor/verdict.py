@@ -255,8 +255,12 @@ def modelled_step_s(
 
 
 def _gain(m: Measured, **after) -> float:
-    """The step modelled now ÷ the step modelled with the fix (`after`)."""
-    return modelled_step_s(m) / max(modelled_step_s(m, **after), 1e-12)
+    """The step modelled now ÷ the step modelled with a fix of the step (`after`), the
+    input at its own pace (read alone): a wait for input that the step's own work causes
+    (the pipeline and the step sharing a CPU's cores) shrinks with the step."""
+    after.setdefault("t_in", m.input_s)
+    now = modelled_step_s(m, t_in=m.input_s)
+    return now / max(modelled_step_s(m, **after), 1e-12)
 
 
 def _input_gain(m: Measured, **after) -> float:
