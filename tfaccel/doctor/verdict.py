@@ -255,12 +255,15 @@ def modelled_step_s(
 
 
 def _gain(m: Measured, **after) -> float:
-    """The step modelled now ÷ the step modelled with a fix of the step (`after`), the
-    input at its own pace (read alone): a wait for input that the step's own work causes
-    (the pipeline and the step sharing a CPU's cores) shrinks with the step."""
-    after.setdefault("t_in", m.input_s)
-    now = modelled_step_s(m, t_in=m.input_s)
-    return now / max(modelled_step_s(m, **after), 1e-12)
+    """The step modelled now ÷ the step modelled with a fix of the step (`after`). Where
+    the real step's largest part is its wait for input, the input paces it (modelled at the
+    pace the real step saw); elsewhere, by the real step's own evidence, it does not, and
+    the gain is the cached step's (a wait the step's own work causes on shared cores
+    shrinks with the step)."""
+    if verdict(m) == "input":
+        return modelled_step_s(m) / max(modelled_step_s(m, **after), 1e-12)
+    after = {**after, "t_in": 0.0}
+    return modelled_step_s(m, t_in=0.0) / max(modelled_step_s(m, **after), 1e-12)
 
 
 def _input_gain(m: Measured, **after) -> float:
