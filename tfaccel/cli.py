@@ -259,7 +259,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--budget",
         type=float,
         metavar="S",
-        help="seconds the diagnosis aims to stay under, tracing excepted (default: the "
+        help="seconds the diagnosis aims to stay under, tracing included (default: the "
         "doctor's, 60 s or 5%% of an epoch)",
     )
     doctor.add_argument(

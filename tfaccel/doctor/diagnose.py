@@ -40,15 +40,19 @@ def diagnose(
 ) -> Report:
     """Measures what limits training — input, compute, communication, host or memory.
 
-    In this process, after a warm-up (tracing), alternating round by round:
+    In this process, after a warm-up (tracing on a cached batch), within `budget_s`:
 
-    - **input alone**: batches/s of `train_data` read through the same distributed
-      iterator the Trainer uses, in a `tf.function` loop, with no model;
     - **compute alone**: the Trainer's own step loop (`runner.train`) on the first
-      batch cached and repeated — calls of 1 step and of N steps give the per-call host
-      overhead o and the step s (`T(n) = o + n·s`, the fastest call of each size);
-    - **the real step**: the same loop on the real data at the job's steps per call
-      (back to back, so the pipeline's buffers cannot hide a slow producer);
+      batch cached and repeated, in alternating rounds — calls of 1 step and of N steps
+      give the per-call host overhead o and the step s (`T(n) = o + n·s`, the fastest
+      call of each size);
+    - **the real step**: the same loop on the real data at the job's steps per call,
+      back to back in wall-time windows (the first drains what the buffers held), with
+      its wait for input timed in the graph — the verdict's first evidence;
+    - **input alone**: a fresh iterator over `train_data`, through the same
+      distribution layer, read back to back in wall-time windows (its first batch, the
+      start-up an epoch pays, reported apart); and the pipeline with each missing
+      parallelism applied to its graph (`doctor.variants`), timed against itself;
     - **communication** (≥ 2 replicas): forward and backward passes with vs without the
       gradient all-reduce (`ReplicaContext.all_reduce`, as the optimizer calls it);
     - **memory**: the allocator's peak on a GPU (against its memory), the process's
@@ -70,7 +74,7 @@ def diagnose(
             run in the Trainer's step loop; its `steps_per_execution` is the steps per call).
         train_data: the training data as the Trainer takes it: a batched `tf.data.Dataset`
             or a dataset function / `tfaccel.data.pipeline(...)` result.
-        budget_s: the time the diagnosis aims to stay under, tracing excepted (default: 60 s
+        budget_s: the time the diagnosis aims to stay under, tracing included (default: 60 s
             or 5 % of an epoch, whichever is larger); it sizes the timed windows.
         rounds: alternating rounds of measurements (the real step's median counts).
         deep: also measure XLA (a retrace of the passes; on top of the budget).

@@ -30,29 +30,6 @@ def train_calls(runner, iterator, steps: int, calls: int) -> tuple[list[float], 
 
 
 @tf.function
-def _drain(iterator, batches):
-    """Reads `batches` batches in the graph, as the step loop does, and nothing else."""
-    done = tf.constant(0, tf.int32)
-    for _ in tf.range(batches):
-        optional = iterator.get_next_as_optional()
-        if not optional.has_value():
-            break
-        done += 1
-    return done
-
-
-def input_seconds(iterator, batches: int, calls: int) -> list[float]:
-    """Wall seconds of `calls` reads of `batches` batches each (after one warm-up read)."""
-    _drain(iterator, tf.constant(min(batches, 4), tf.int32)).numpy()
-    times = []
-    for _ in range(calls):
-        start = time.perf_counter()
-        _drain(iterator, tf.constant(batches, tf.int32)).numpy()
-        times.append(time.perf_counter() - start)
-    return times
-
-
-@tf.function
 def _drain_for(iterator, seconds, most):
     """Reads batches until `seconds` have passed (checked after each batch) or `most`
     were read; returns (batches read, seconds) — timed in the graph, each reading of the
