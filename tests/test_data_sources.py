@@ -374,7 +374,7 @@ def test_from_csv_served_from_its_check_equals_the_streamed_file(
     tmp_path, monkeypatch, missing, int_blank, from_memory
 ):
     # Read once (the check's decoding) or streamed by CsvDataset: the same elements.
-    from tfaccel.data import sources
+    from tfaccel.data import csv_source as sources
 
     path = tmp_path / "mixed.csv"
     path.write_text(_MIXED.format(blank="" if int_blank else "2"))

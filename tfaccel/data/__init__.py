@@ -6,6 +6,7 @@ Example:
     >>> print(data.explain(ds))                                                 # doctest: +SKIP
 """
 
+from tfaccel.data.arrays import from_arrays
 from tfaccel.data.bench import benchmark
 from tfaccel.data.cache import (
     CacheBusyWarning,
@@ -13,13 +14,15 @@ from tfaccel.data.cache import (
     CacheMismatchWarning,
     StaleCacheWarning,
 )
+from tfaccel.data.csv_source import from_csv
 from tfaccel.data.generators import from_generator
 from tfaccel.data.images import from_image_folder
 from tfaccel.data.label_contract import check
 from tfaccel.data.pipeline import DatasetFn, pipeline
 from tfaccel.data.plan import Plan, Step, explain, graph_ops, plan_of
 from tfaccel.data.sizing import SHUFFLE_BUDGET_MB
-from tfaccel.data.sources import from_arrays, from_csv, from_tfds, from_tfrecords
+from tfaccel.data.tfds_source import from_tfds
+from tfaccel.data.tfrecords import from_tfrecords
 
 __all__ = [
     "SHUFFLE_BUDGET_MB",

@@ -32,6 +32,7 @@ import random
 import tensorflow as tf
 from tensorflow.python.eager import context
 
+from tfaccel.data import graph
 from tfaccel.data.finite import call
 
 KEY_RANGE, KEY_DRAWS = 256, 4  # unshuffled data: 256*255*254*253 distinct epoch keys
@@ -94,17 +95,11 @@ def stateful_random_ops(dataset: tf.data.Dataset) -> list[str]:
     E.g. `["RandomStandardNormal", "RandomUniform"]` for an augment using `tf.random.normal`
     and `tf.image.random_flip_left_right`; [] for stateless ops (`tf.random.stateless_*`).
     """
-    found, node, seen = set(), dataset, 0
-    while node is not None and seen < 1000:
-        wrapper = getattr(node, "_map_func", None)
-        function = getattr(wrapper, "function", None)
-        graph = getattr(function, "graph", None)
-        if graph is not None:
-            definition = graph.as_graph_def()
-            ops = {n.op for n in definition.node}
-            ops |= {n.op for f in definition.library.function for n in f.node_def}
-            found |= ops & STATEFUL_RANDOM_OPS
-        node, seen = getattr(node, "_input_dataset", None), seen + 1
+    found = set()
+    for definition in graph.map_function_graphs(dataset):
+        ops = {n.op for n in definition.node}
+        ops |= {n.op for f in definition.library.function for n in f.node_def}
+        found |= ops & STATEFUL_RANDOM_OPS
     return sorted(found)
 
 

@@ -29,6 +29,9 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
+from tfaccel.data import graph
+from tfaccel.data.source_info import source_info
+
 SAMPLE_BYTES = 8 << 20
 FIRST_ELEMENTS = 64
 
@@ -126,19 +129,9 @@ def _first_elements(dataset: tf.data.Dataset) -> str | None:
     return digests.pop() if len(digests) == 1 else None
 
 
-def _chain(dataset: tf.data.Dataset):
-    """The datasets from `dataset` back to the first of its main input chain."""
-    node = dataset
-    while isinstance(node, tf.data.Dataset):
-        yield node
-        node = getattr(node, "_input_dataset", None)
-
-
 def of_dataset(dataset: tf.data.Dataset) -> Fingerprint:
     """The fingerprint of the source `dataset` was built from (see the module docstring)."""
-    from tfaccel.data.sources import source_info  # sources uses this module
-
-    chain = list(_chain(dataset))
+    chain = list(graph.chain(dataset))
     for node in chain:
         info = source_info(node)
         if info is not None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import tensorflow as tf
 
-from tfaccel.data.sources import is_pair
+from tfaccel.data.elements import is_pair
 
 
 def features_of(element):

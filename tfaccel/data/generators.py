@@ -17,7 +17,7 @@ from typing import Any
 
 import tensorflow as tf
 
-from tfaccel.data.sources import SourceInfo, attach_source
+from tfaccel.data.source_info import SourceInfo, attach_source
 
 
 def from_generator(

@@ -10,8 +10,9 @@ import numpy as np
 import tensorflow as tf
 
 from tfaccel.data import fingerprint
+from tfaccel.data.elements import AUTOTUNE
 from tfaccel.data.image_checks import find_corrupt
-from tfaccel.data.sources import AUTOTUNE, SourceInfo, attach_source
+from tfaccel.data.source_info import SourceInfo, attach_source
 
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".bmp", ".gif")
 

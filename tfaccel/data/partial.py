@@ -20,12 +20,12 @@ import math
 
 import tensorflow as tf
 
+from tfaccel.data.source_info import source_info
+
 
 def can_even_shards(source) -> bool:
     """Whether the shards of `source` can be padded to equal batch counts: a dataset of
     known length sharded by element, every component's shape known."""
-    from tfaccel.data.sources import source_info
-
     if not isinstance(source, tf.data.Dataset):
         return False
     info = source_info(source)

@@ -23,8 +23,9 @@ import tensorflow as tf
 
 from tfaccel.data import augment_seeds, fingerprint, finite, partial, sizing
 from tfaccel.data import cache as cache_lib
+from tfaccel.data.elements import AUTOTUNE, is_pair, require_pair
 from tfaccel.data.plan import Plan, attach
-from tfaccel.data.sources import AUTOTUNE, is_pair, require_pair, source_info
+from tfaccel.data.source_info import source_info
 
 Source = tf.data.Dataset | Callable[[tf.distribute.InputContext | None], tf.data.Dataset]
 

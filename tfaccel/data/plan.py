@@ -11,7 +11,8 @@ import dataclasses
 from typing import Any
 
 import tensorflow as tf
-from tensorflow.core.framework import graph_pb2
+
+from tfaccel.data import graph as dataset_graph
 
 _PLAN_ATTR = "_tfaccel_plan"
 
@@ -136,9 +137,7 @@ def graph_stages(dataset: tf.data.Dataset) -> list[tuple[str, int | None]]:
     core, -1 where tf.data parallelizes it itself (`map_parallelization`, on by default,
     rewrites a map whose function is stateless; a random op makes it stateful)."""
     policy = tf.data.experimental.ExternalStatePolicy.IGNORE
-    serialized = dataset._as_serialized_graph(external_state_policy=policy)
-    graph = graph_pb2.GraphDef()
-    graph.ParseFromString(serialized.numpy())
+    graph = dataset_graph.serialized_graph(dataset, policy)
     nodes = {node.name: node for node in graph.node}
     output = next(node for node in graph.node if node.op == "_Retval")
     stages = []

@@ -6,6 +6,8 @@ import re
 
 import tensorflow as tf
 
+from tfaccel.data import graph
+
 INFINITE = tf.data.INFINITE_CARDINALITY
 
 
@@ -174,19 +176,7 @@ def check_not_empty(dataset: tf.data.Dataset, what: str) -> None:
 
 def static_batch_size(dataset: tf.data.Dataset) -> int | None:
     """The batch size the dataset was batched with, when it can be read from its graph."""
-    dim = tf.nest.flatten(dataset.element_spec)[0].shape
-    if dim.rank and dim[0] is not None:
-        return int(dim[0])
-    node = dataset
-    while node is not None:
-        size = getattr(node, "_batch_size", None)
-        if size is not None:
-            try:
-                return int(tf.get_static_value(size))
-            except TypeError:
-                return None
-        node = getattr(node, "_input_dataset", None)
-    return None
+    return graph.static_batch_size(dataset)
 
 
 def has_static_batch(dataset: tf.data.Dataset) -> bool:

@@ -10,8 +10,7 @@ from __future__ import annotations
 
 import warnings
 
-import tensorflow as tf
-
+from tfaccel.data import graph
 from tfaccel.train import inputs
 
 
@@ -27,21 +26,7 @@ def dropped_per_epoch(data) -> tuple[int, int] | None:
     global batch). None when nothing is dropped or the count cannot be known (an
     unknown or infinite length, e.g. `repeat` before `batch`).
     """
-    node = inputs.sample_dataset(data)
-    while node is not None:
-        size = getattr(node, "_batch_size", None)
-        drop = getattr(node, "_drop_remainder", None)
-        if size is not None and drop is not None:
-            parent = getattr(node, "_input_dataset", None)
-            if not bool(tf.get_static_value(drop)) or parent is None:
-                return None
-            examples = int(parent.cardinality())
-            batch = int(tf.get_static_value(size))
-            if examples < 0 or batch <= 0 or examples % batch == 0:
-                return None
-            return examples % batch, examples
-        node = getattr(node, "_input_dataset", None)
-    return None
+    return graph.dropped_per_epoch(inputs.sample_dataset(data))
 
 
 def warn_if_dropped(data, jit_compile: bool) -> tuple[int, int] | None:

@@ -5,24 +5,15 @@ from __future__ import annotations
 import numpy as np
 import tensorflow as tf
 
+from tfaccel.data import graph
+
 
 def _batched_by(dataset: tf.data.Dataset) -> int | None:
     """The batch size of a `.batch()` / `.padded_batch()` in the dataset's graph, if any.
 
     Returns -1 for a batching step whose size cannot be read, None for no batching.
     """
-    node = dataset
-    while node is not None:
-        if type(node).__name__ == "_UnbatchDataset":
-            return None  # batched upstream, unbatched again
-        size = getattr(node, "_batch_size", None)
-        if size is not None or "Batch" in type(node).__name__:
-            try:
-                return int(tf.get_static_value(size))
-            except TypeError:
-                return -1
-        node = getattr(node, "_input_dataset", None)
-    return None
+    return graph.batched_by(dataset)
 
 
 def to_unbatched_dataset(data, y=None, *, what: str = "data") -> tf.data.Dataset:
