@@ -26,6 +26,7 @@ from tfaccel import strict_json
 from tfaccel.train import checkpoint_files as files
 from tfaccel.train import hyperparameters
 from tfaccel.train.lock import DirectoryLock
+from tfaccel.train.policies import RESUME_MODES, check_keep
 
 # Run-shape entries a resumed run must share (unless resume="force"), with how to name them.
 REFUSED = {
@@ -39,7 +40,6 @@ REFUSED = {
 POSITION_KEYS = ("global_batch", "steps_per_epoch", "accumulate_steps")
 # ...and those whose change makes the saved iterator's data other data (same position).
 ITERATOR_KEYS = (*POSITION_KEYS, "data")
-RESUME_MODES = ("auto", "force", "never")
 
 
 class CheckpointMismatchError(ValueError):
@@ -105,8 +105,7 @@ class CheckpointState:
     """
 
     def __init__(self, directory: str, strategy, keep: int = 3, **objects):
-        if isinstance(keep, bool) or not isinstance(keep, int) or keep < 1:
-            raise ValueError(f"keep must be an integer >= 1, got {keep!r}.")
+        check_keep(keep)
         self.directory = os.fspath(directory)
         self.keep = keep
         self.chief = is_chief(strategy)

@@ -17,6 +17,8 @@ import uuid
 
 import tensorflow as tf
 
+from tfaccel.train.policies import check_directory_named
+
 PREFIX = "ckpt"
 CORRUPT = "corrupt"
 _FILE = re.compile(rf"^{PREFIX}-(\d+)\.(index|data-\d+-of-\d+)$")
@@ -38,12 +40,7 @@ def check_directory(directory: str, *, writable: bool) -> None:
         NotADirectoryError: `directory` (or a parent) is a file.
         PermissionError: the directory cannot be created or written to.
     """
-    if not directory:
-        raise ValueError(
-            "checkpoint_dir is an empty string (an unset environment variable?); it would "
-            "write checkpoints into the working directory and rotate and clean up files "
-            "there. Pass a directory path, or checkpoint_dir=None for no checkpoints."
-        )
+    check_directory_named(directory)
     if os.path.islink(directory) and not os.path.exists(directory):
         raise FileNotFoundError(
             f"checkpoint_dir={directory!r} is a symbolic link to {os.readlink(directory)!r}, "
