@@ -97,7 +97,7 @@ def diagnose(
     job = _Job(target)
     batch = job.prepare(train_data)
     runner = job.runner
-    state = Snapshot(runner.strategy, _state_of(runner))
+    state = Snapshot(runner.strategy, runner.state_variables())
     try:
         measured, notes, budget = _measure(job, train_data, batch, began, budget_s, rounds)
         notes += _measure_precision(job, train_data, measured)
@@ -127,7 +127,7 @@ class _Job:
             self.trainer = target
             self.runner = target.runner
             self.setting = target.steps_per_loop
-            self.chosen = target._loop_sizer.chosen
+            self.chosen = target.loop_sizer.chosen
             return
         if not isinstance(target, keras.Model):
             raise TypeError(
@@ -160,7 +160,7 @@ class _Job:
     def prepare(self, data) -> int:
         """Checks the data as `fit` would, builds the step loops; returns the global batch."""
         if self.trainer is not None:
-            batch = self.trainer._prepare(data, 1, "training")
+            batch = self.trainer.feed(data, steps=1).global_batch
         else:
             sample = inputs.sample_dataset(data)
             inputs.check_elements(sample, self.runner.model)
@@ -173,19 +173,6 @@ class _Job:
                 "it with a fixed size (dataset.batch(n)) or use tfaccel.data.pipeline(...)."
             )
         return int(batch)
-
-
-def _state_of(runner) -> list:
-    """Every variable a diagnosis may change: model, optimizer, counters, metrics."""
-    metrics = [runner.loss_tracker, runner.loop_loss, *runner.metrics]
-    return [
-        *runner.model.variables,
-        *runner.optimizer.variables,
-        runner.step,
-        runner.epoch,
-        runner.epoch_step,
-        *[v for m in metrics for v in m.variables],
-    ]
 
 
 # Shares of the time left after the warm-up: compute alone (in rounds), the real step
@@ -304,7 +291,7 @@ def _measure(job: _Job, data, batch, began, budget_s, rounds):
         pipeline=graph_stages(sample),
         memory=_memory(gpus, model, runner.optimizer),
         dtype_policy=model.dtype_policy.name,
-        jit_compile=bool(getattr(runner, "jit_compile", False)),
+        jit_compile=bool(runner.jit_compile),
         gpu_capability=_capability(gpus),
         input_startup_s=startup_s,
     )

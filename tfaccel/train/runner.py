@@ -373,6 +373,19 @@ class Runner:
         """A fresh optimizer (of another type than saved) counts its steps from the global step."""
         self.optimizer.iterations.assign(self.step)
 
+    def state_variables(self) -> list:
+        """Every variable a step changes: the model's, the optimizer's, the step counters
+        and the metrics' (what the doctor saves before it measures and restores after)."""
+        metrics = [self.loss_tracker, self.loop_loss, *self.metrics]
+        return [
+            *self.model.variables,
+            *self.optimizer.variables,
+            self.step,
+            self.epoch,
+            self.epoch_step,
+            *[v for m in metrics for v in m.variables],
+        ]
+
 
 def _check_model_scope(model: keras.Model, strategy: tf.distribute.Strategy) -> None:
     foreign = [

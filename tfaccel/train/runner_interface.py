@@ -13,6 +13,8 @@ Python (no TensorFlow step at all).
     runner.checkpoint_items(); runner.run_shape()
     with runner.restoring(): ...                 # a restore keeps this run's optimizer settings
     runner.restart_optimizer()                   # a fresh optimizer continues at the global step
+    runner.state_variables()                     # every variable a step changes (the doctor)
+    runner.optimizer; runner.loss; runner.jit_compile  # what the step runs (the doctor)
 """
 
 from __future__ import annotations
@@ -59,11 +61,18 @@ class LoopResult:
 
 
 class RunnerInterface(Protocol):
-    """What `FitLoop` may know of the inner loop."""
+    """What `FitLoop`, the doctor and the tuner may know of the inner loop.
+
+    `tests/test_architecture.py` checks that `tfaccel.doctor` and `tfaccel.tuning` use
+    nothing else of a runner.
+    """
 
     strategy: Any  # the tf.distribute.Strategy the data is distributed with
     model: Any  # the Keras model (callbacks see it; `stop_training` is read from it)
     batches_per_step: int  # dataset batches one optimizer step reads (accumulate_steps)
+    optimizer: Any  # the Keras optimizer the steps apply (the doctor reads its variables)
+    loss: Any  # the per-example loss the steps compute (`losses.PerExampleLoss`)
+    jit_compile: bool  # whether the step loops are compiled with XLA
 
     def build(self, sample) -> None: ...
 
@@ -87,3 +96,5 @@ class RunnerInterface(Protocol):
     def restoring(self) -> contextlib.AbstractContextManager: ...
 
     def restart_optimizer(self) -> None: ...
+
+    def state_variables(self) -> list: ...

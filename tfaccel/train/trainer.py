@@ -16,6 +16,7 @@ Example:
 from __future__ import annotations
 
 import logging
+import types
 
 import keras
 import tensorflow as tf
@@ -522,6 +523,24 @@ class Trainer:
             ValueError: `dirpath` is a file, or the model is not built.
         """
         return saving.export(self.model, dirpath, self.strategy, **kwargs)
+
+    # -- the door for tools (the doctor, the tuner) --
+
+    @property
+    def loop_sizer(self) -> loop_size.LoopSizer:
+        """The steps per `tf.function` call (read-only; kept across `fit` calls): `.chosen`
+        is the n in use (None while "auto" is still measuring), `.describe()` says why."""
+        return self._loop_sizer
+
+    def feed(self, data, *, what: str = "training", steps: int | None = None):
+        """The training input checked as `fit` checks it, the step loops built for it;
+        `.global_batch` is its global batch size (None when it cannot be read).
+
+        Raises:
+            ValueError, TypeError: the input checks `fit` documents.
+        """
+        global_batch = self._prepare(data, steps, what)
+        return types.SimpleNamespace(global_batch=global_batch)
 
 
 def _on_oom_text(runner: Runner) -> str:
