@@ -11,8 +11,11 @@ import keras
 import pytest
 import tensorflow as tf
 
+from tfaccel.data.feed import Feed
 from tfaccel.train.faults import PreemptionWatcher
-from tfaccel.train.fit_loop import FitLoop
+from tfaccel.train.fit_loop import FitLoop, Schedule
+from tfaccel.train.loop_size import LoopSizer
+from tfaccel.train.policies import Checkpointing, FaultPolicy
 from tfaccel.train.runner_interface import LoopResult, Position
 
 
@@ -114,22 +117,37 @@ DATA = tf.data.Dataset.range(10)  # one epoch = 10 "steps" of one integer each
 def fit(runner, *, steps_per_loop=4, epochs=2, **kwargs):
     recorder = Recorder()
     options = dict(
-        epochs=epochs,
         steps_per_epoch=None,
         validation_data=None,
         validation_steps=None,
-        callbacks=[recorder],
-        verbose=0,
-        global_batch=1,
         checkpoint_dir=None,
         checkpoint_every="epoch",
         keep=3,
+        resume="auto",
         divergence_loops=3,
         restore_on_divergence=False,
         exit_on_preemption=False,
     )
     options.update(kwargs)
-    loop = FitLoop(runner, DATA, steps_per_loop=steps_per_loop, **options)
+    validation = options["validation_data"]
+    schedule = Schedule(
+        epochs,
+        steps_per_epoch=options["steps_per_epoch"],
+        validation=None if validation is None else Feed(validation, runner.strategy),
+        validation_steps=options["validation_steps"],
+        sizer=LoopSizer(steps_per_loop),
+        verbose=0,
+    )
+    checkpointing = Checkpointing(
+        options["checkpoint_dir"], options["checkpoint_every"], options["keep"], options["resume"]
+    )
+    faults = FaultPolicy(
+        options["divergence_loops"],
+        options["restore_on_divergence"],
+        options["exit_on_preemption"],
+    )
+    train = Feed(DATA, runner.strategy)
+    loop = FitLoop(runner, train, schedule, [recorder], checkpointing, faults)
     try:
         loop.run()
     finally:

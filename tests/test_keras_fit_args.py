@@ -14,6 +14,7 @@ import tensorflow as tf
 
 import tfaccel
 from tfaccel import data
+from tfaccel.data.feed import Feed
 from tfaccel.train import remainder
 
 RNG = np.random.default_rng(0)
@@ -257,4 +258,4 @@ def test_xla_drops_and_says_why():
     train = data.pipeline(data.from_arrays(X, Y), batch_size=16, training=True, jit_compile=True)
     assert train.element_spec[0].shape[0] == 16
     with pytest.warns(tfaccel.DroppedExamplesWarning, match=r"6 of 70.*XLA \(jit_compile=True\)"):
-        remainder.warn_if_dropped(train, jit_compile=True)
+        remainder.warn_if_dropped(Feed(train, tf.distribute.get_strategy()), jit_compile=True)

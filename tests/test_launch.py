@@ -111,7 +111,7 @@ def test_two_workers_train_with_the_trainer(two_workers):
 
 def test_own_shard_input_on_two_cpu_workers_equals_the_distributed_iterator(tmp_path, two_workers):
     # One CPU replica per worker: each worker iterates its own shard (no multi-device
-    # iterator, see inputs.local_shard); the numbers equal the distributed iterator's.
+    # iterator, see feed.local_shard); the numbers equal the distributed iterator's.
     command = job_command(tmp_path, "out", "--distributed-iterator")
     result = tfaccel_launch("--workers", "2", "--timeout", "200", "--", *command)
     assert result.returncode == 0, result.stdout[-3000:]

@@ -104,16 +104,16 @@ def main():
     parser.add_argument("--distributed-iterator", action="store_true")
     args = parser.parse_args()
 
-    from tfaccel.train import inputs
+    from tfaccel.data import feed
 
-    own_shard, local = inputs.local_shard, []
+    own_shard, local = feed.local_shard, []
 
     def local_shard(strategy, fn):  # records which input path the training took
         dataset = None if args.distributed_iterator else own_shard(strategy, fn)
         local.append(dataset is not None)
         return dataset
 
-    inputs.local_shard = local_shard
+    feed.local_shard = local_shard
 
     tf.config.experimental.enable_op_determinism()
     strategy = tfaccel.devices.strategy("auto")

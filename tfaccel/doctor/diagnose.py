@@ -11,6 +11,7 @@ import psutil
 import tensorflow as tf
 
 from tfaccel import devices, precision
+from tfaccel.data.feed import Feed
 from tfaccel.data.plan import graph_stages, missing
 from tfaccel.doctor import measure, peak, variants
 from tfaccel.doctor import verdict as rules
@@ -95,14 +96,15 @@ def diagnose(
     if not isinstance(deep, bool):
         raise ValueError(f"deep must be True or False, got {deep!r}.")
     job = _Job(target)
-    batch = job.prepare(train_data)
+    feed = job.prepare(train_data)
+    batch = feed.global_batch
     runner = job.runner
     state = Snapshot(runner.strategy, runner.state_variables())
     try:
-        measured, notes, budget = _measure(job, train_data, batch, began, budget_s, rounds)
-        notes += _measure_precision(job, train_data, measured)
+        measured, notes, budget = _measure(job, feed, batch, began, budget_s, rounds)
+        notes += _measure_precision(job, feed, measured)
         if deep:
-            notes += _measure_xla(job, train_data, measured)
+            notes += _measure_xla(job, feed, measured)
     finally:
         with runner.restoring():
             state.restore()
@@ -157,22 +159,22 @@ class _Job:
         self.setting = int(getattr(target, "steps_per_execution", 1) or 1)
         self.chosen = self.setting
 
-    def prepare(self, data) -> int:
-        """Checks the data as `fit` would, builds the step loops; returns the global batch."""
+    def prepare(self, data) -> Feed:
+        """The data as one `Feed` (built once), checked as `fit` checks it; the step loops
+        built for it."""
         if self.trainer is not None:
-            batch = self.trainer.feed(data, steps=1).global_batch
+            feed = self.trainer.feed(data, steps=1)
         else:
-            sample = inputs.sample_dataset(data)
-            inputs.check_elements(sample, self.runner.model)
-            inputs.check_not_empty(sample, "training")
-            self.runner.build(sample)
-            batch = getattr(data, "global_batch_size", None) or inputs.static_batch_size(sample)
-        if not batch:
+            feed = Feed(data, self.runner.strategy)
+            inputs.check_elements(feed.element_spec, self.runner.model)
+            inputs.check_not_empty(feed, "training")
+            self.runner.build(feed.dataset)
+        if not feed.global_batch:
             raise ValueError(
                 "The doctor cannot read the global batch size of the training data; batch "
                 "it with a fixed size (dataset.batch(n)) or use tfaccel.data.pipeline(...)."
             )
-        return int(batch)
+        return feed
 
 
 # Shares of the time left after the warm-up: compute alone (in rounds), the real step
@@ -182,14 +184,14 @@ WINDOWS = 4  # back-to-back windows of the real step and of the input alone
 INPUT_LIMITED = 0.1  # the real step waits this share of its time or more: input limits
 
 
-def _measure(job: _Job, data, batch, began, budget_s, rounds):
+def _measure(job: _Job, feed: Feed, batch, began, budget_s, rounds):
     runner, strategy = job.runner, job.runner.strategy
     k = runner.batches_per_step
     gpus = _gpus(strategy)
     for gpu in gpus:
         tf.config.experimental.reset_memory_stats(gpu)
-    real = adopt(iter(inputs.distribute(strategy, inputs.repeat(data), endless=True)))
-    cached = adopt(iter(inputs.distribute(strategy, measure.one_batch(data), endless=True)))
+    real = adopt(iter(feed.repeated().distribute(endless=True)))
+    cached = adopt(iter(feed.one_batch().distribute(endless=True)))
     # Warm-up: traces (on the cached batch: the real iterator shares the trace), then the
     # real pipeline started by one real step (which may take long: it is timed).
     runner.train(cached, 1)
@@ -198,7 +200,7 @@ def _measure(job: _Job, data, batch, began, budget_s, rounds):
     real1 = first_times[0]
 
     budget = budget_s or DEFAULT_BUDGET_S
-    epoch = _epoch_steps(data, k)
+    epoch = _epoch_steps(feed, k)
     if budget_s is None and epoch:
         budget = max(budget, EPOCH_SHARE * epoch * t1)
     left = max(budget - (time.perf_counter() - began), MIN_WINDOW_S * 8)
@@ -254,7 +256,7 @@ def _measure(job: _Job, data, batch, began, budget_s, rounds):
     startup_s, reads_s, sub_in = None, [], MIN_WINDOW_S
     if count:
         sub_in = measure.agree(strategy, max(share / (count + 1), MIN_WINDOW_S))
-        reads = adopt(iter(inputs.distribute(strategy, inputs.repeat(data), endless=True)))
+        reads = adopt(iter(feed.repeated().distribute(endless=True)))
         startup_s, reads_s = measure.read_windows(reads, sub_in, count)
     if not reads_s:
         why = "no batch within its window" if count else "a batch takes longer than its share"
@@ -262,13 +264,13 @@ def _measure(job: _Job, data, batch, began, budget_s, rounds):
         reads_s = [statistics.median(w[0] for w in steady) / k]
     plain_s = None
     if not isinstance(strategy, type(tf.distribute.get_strategy())) or comm:
-        plain = adopt(iter(inputs.sample_dataset(inputs.repeat(data))))
+        plain = adopt(iter(feed.repeated().dataset))
         plain_s = _median_or(measure.read_windows(plain, sub_in / 2, 2)[1], None)
     all_reduce = None
     if grads is not None:
         all_reduce = max((min(with_ar) - min(without_ar)) / long_n, 0.0)
     device = "GPU" if gpus else "CPU"
-    sample = inputs.sample_dataset(data)
+    sample = feed.dataset
     model = runner.model
     measured = rules.Measured(
         batch=batch * k,
@@ -347,7 +349,7 @@ def _measure_input_fixes(
     return skipped
 
 
-def _measure_precision(job: _Job, data, measured: rules.Measured) -> list[str]:
+def _measure_precision(job: _Job, feed: Feed, measured: rules.Measured) -> list[str]:
     """Sets `measured.precision_rates`: the passes under each policy this hardware offers
     (`precision.candidates`), the current one first; and the matmul peak of the best."""
     policies, measured.precision_why = precision.candidates()
@@ -358,7 +360,7 @@ def _measure_precision(job: _Job, data, measured: rules.Measured) -> list[str]:
     runner = job.runner
     try:
         timed = precision_step.time_policies(
-            runner.model, runner.loss, runner.strategy, data, [current, *others]
+            runner.model, runner.loss, runner.strategy, feed, [current, *others]
         )
     except ValueError as error:  # a model that cannot be copied under another policy
         return [f"Precision: not measured ({error})"]
@@ -372,10 +374,10 @@ def _measure_precision(job: _Job, data, measured: rules.Measured) -> list[str]:
     return []
 
 
-def _measure_xla(job: _Job, data, measured: rules.Measured) -> list[str]:
+def _measure_xla(job: _Job, feed: Feed, measured: rules.Measured) -> list[str]:
     """Sets `measured.xla_speedup`: the passes without ÷ with jit_compile (alternating)."""
     runner, strategy = job.runner, job.runner.strategy
-    cached = adopt(iter(inputs.distribute(strategy, measure.one_batch(data), endless=True)))
+    cached = adopt(iter(feed.one_batch().distribute(endless=True)))
     plain = measure.GradientLoops(runner.model, runner.loss, strategy)
     compiled = measure.GradientLoops(runner.model, runner.loss, strategy, jit_compile=True)
     try:
@@ -401,8 +403,8 @@ def _fit(ones: list[float], longs: list[float], n: int) -> tuple[float, float]:
     return step, max(t1 - step, 0.0)
 
 
-def _epoch_steps(data, accumulate: int) -> int | None:
-    cardinality = int(inputs.sample_dataset(data).cardinality())
+def _epoch_steps(feed: Feed, accumulate: int) -> int | None:
+    cardinality = feed.steps
     return cardinality // accumulate if cardinality > 0 else None
 
 

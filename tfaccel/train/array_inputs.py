@@ -23,7 +23,6 @@ import numpy as np
 import tensorflow as tf
 
 from tfaccel.data.pipeline import DatasetFn, pipeline
-from tfaccel.data.plan import attach, plan_of
 from tfaccel.data.sources import from_arrays
 
 DEFAULT_BATCH_SIZE = 32  # Keras' default for arrays
@@ -156,34 +155,6 @@ def check_sample_weight(x, y, weights) -> None:
         )
 
 
-def _with_weights(data):
-    """Elements `(x, (y, w))` → `(x, y, w)`, the plan kept."""
-
-    def unpack(x, yw):
-        return x, yw[0], yw[1]
-
-    if isinstance(data, DatasetFn):
-        return _WeightedFn(data, unpack)
-    return attach(data.map(unpack), plan_of(data))
-
-
-class _WeightedFn:
-    """A `DatasetFn` whose per-replica datasets yield `(x, y, sample_weight)`."""
-
-    def __init__(self, fn: DatasetFn, unpack):
-        self.fn, self.unpack = fn, unpack
-        self.global_batch_size = fn.global_batch_size
-        self.strategy = fn.strategy
-        self.drop_remainder = fn.drop_remainder
-        self.training = fn.training
-
-    def __call__(self, context):
-        return self.fn(context).map(self.unpack)
-
-    def plan(self):
-        return self.fn.plan()
-
-
 def to_pipeline(
     x,
     y,
@@ -195,13 +166,13 @@ def to_pipeline(
     strategy,
     jit_compile: bool,
 ):
-    """A `tfaccel.data.pipeline` over arrays (with `sample_weight` as a third component)."""
+    """A `tfaccel.data.pipeline` over arrays (elements `(x, y)`, or `(x, y, sample_weight)`)."""
     if y is None:
         raise ValueError(
             "x is arrays but y is None: the Trainer needs labels. Pass y=..., or a dataset of "
             "(x, y) pairs as x."
         )
-    source = from_arrays(x, y if sample_weight is None else (y, sample_weight))
+    source = from_arrays(x, y, sample_weight=sample_weight)
     seed = int(np.random.randint(0, 2**31 - 1)) if training and shuffle else None
     data = pipeline(
         source,
@@ -214,7 +185,7 @@ def to_pipeline(
         strategy=strategy,
         jit_compile=bool(jit_compile and training),
     )
-    return data if sample_weight is None else _with_weights(data)
+    return data
 
 
 def _check_batch_size(batch_size, name: str = "batch_size") -> int:

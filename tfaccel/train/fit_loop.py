@@ -19,6 +19,7 @@ checkpoint items, and reads nothing else of it — no variable, metric or step f
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 import os
@@ -28,11 +29,13 @@ import warnings
 import keras
 import tensorflow as tf
 
-from tfaccel.data import augment_seeds, fingerprint
-from tfaccel.train import accumulation, agreement, faults, hyperparameters, inputs, iterators
-from tfaccel.train.checkpoint import ITERATOR_KEYS, POSITION_KEYS, RESUME_MODES, CheckpointState
+from tfaccel.data import augment_seeds
+from tfaccel.data.feed import INFINITE, Feed
+from tfaccel.train import accumulation, agreement, faults, hyperparameters, iterators
+from tfaccel.train.checkpoint import ITERATOR_KEYS, POSITION_KEYS, CheckpointState
 from tfaccel.train.faults import PreemptionWatcher, TrainingDivergedError
 from tfaccel.train.loop_size import LoopSizer
+from tfaccel.train.policies import Checkpointing, FaultPolicy
 from tfaccel.train.progress import ProgressBar
 
 logger = logging.getLogger("tfaccel")
@@ -53,102 +56,103 @@ def _warn_if_random_state(sample: tf.data.Dataset, checkpoint_dir) -> None:
         )
 
 
-def check_checkpoint_every(value):
-    """Returns `value` ("epoch" or an int >= 1) or raises ValueError."""
-    if value == "epoch" or (isinstance(value, int) and not isinstance(value, bool) and value >= 1):
-        return value
-    raise ValueError(f"checkpoint_every must be 'epoch' or an integer >= 1 step, got {value!r}.")
+@dataclasses.dataclass
+class Schedule:
+    """What runs when in one `fit`: the epochs, the steps of each, the validation after
+    each, the loop sizing and the progress display.
 
+    Raises:
+        ValueError: `epochs` < 0 or `steps_per_epoch` < 1 (or not integers).
+    """
 
-class FitLoop:
-    """One `fit` call of a Trainer (see `Trainer.fit` for the arguments)."""
+    epochs: int
+    steps_per_epoch: int | None = None
+    initial_epoch: int = 0  # where a run without a checkpoint starts
+    validation: Feed | None = None
+    validation_steps: int | None = None
+    sizer: LoopSizer | None = None
+    verbose: int = 1
 
-    def __init__(
-        self,
-        runner,
-        train_data,
-        *,
-        steps_per_loop,
-        epochs,
-        steps_per_epoch,
-        validation_data,
-        validation_steps,
-        callbacks,
-        verbose,
-        global_batch,
-        checkpoint_dir,
-        checkpoint_every,
-        keep,
-        divergence_loops,
-        restore_on_divergence,
-        exit_on_preemption,
-        resume="auto",
-        initial_epoch=0,
-    ):
-        for name, value, least in (("epochs", epochs, 0), ("steps_per_epoch", steps_per_epoch, 1)):
+    def __post_init__(self):
+        for name, least in (("epochs", 0), ("steps_per_epoch", 1)):
+            value = getattr(self, name)
             if value is not None and (
                 isinstance(value, bool) or not isinstance(value, int) or value < least
             ):
                 raise ValueError(f"{name} must be an integer >= {least}, got {value!r}.")
-        self.runner = runner
-        self.sizer = steps_per_loop if isinstance(steps_per_loop, LoopSizer) else None
-        self.sizer = self.sizer or LoopSizer(steps_per_loop)
-        self.epochs = epochs
-        self.initial_epoch = initial_epoch  # where a run without a checkpoint starts
-        self.validation_steps = validation_steps
-        self.checkpoint_every = check_checkpoint_every(checkpoint_every)
-        if not isinstance(divergence_loops, int) or divergence_loops < 1:
-            raise ValueError(f"divergence_loops must be an integer >= 1, got {divergence_loops}.")
-        self.divergence_loops = divergence_loops
-        self.restore_on_divergence = restore_on_divergence
-        self.exit_on_preemption = exit_on_preemption
+        self.sizer = self.sizer or LoopSizer("auto")
 
-        sample = inputs.sample_dataset(train_data)
-        cardinality = int(sample.cardinality())
-        self.stream = steps_per_epoch is not None or cardinality >= 0
-        self.endless = cardinality == inputs.INFINITE
-        if steps_per_epoch is None and cardinality >= 0:
-            steps_per_epoch = cardinality
-            train_data = inputs.repeat(train_data)
+
+class FitLoop:
+    """One `fit` call of a Trainer (see `Trainer.fit` for the arguments).
+
+    Args:
+        runner: the inner loop (`runner_interface.RunnerInterface`).
+        train: the training `Feed`.
+        schedule: epochs, steps, validation, loop sizing, verbosity.
+        callbacks: the user's Keras callbacks.
+        checkpointing: where and when to save, and how to resume (`policies.Checkpointing`).
+        faults: divergence and preemption (`policies.FaultPolicy`).
+    """
+
+    def __init__(
+        self,
+        runner,
+        train: Feed,
+        schedule: Schedule,
+        callbacks=(),
+        checkpointing: Checkpointing | None = None,
+        faults: FaultPolicy | None = None,
+    ):
+        checkpointing = checkpointing or Checkpointing(None)
+        faults = faults or FaultPolicy()
+        self.runner = runner
+        self.sizer = schedule.sizer
+        self.epochs = schedule.epochs
+        self.initial_epoch = schedule.initial_epoch
+        self.validation_steps = schedule.validation_steps
+        self.checkpoint_every = checkpointing.every
+        self.resume = checkpointing.resume
+        self.faults = faults
+
+        steps_per_epoch = schedule.steps_per_epoch
+        self.stream = steps_per_epoch is not None or train.steps >= 0
+        self.endless = train.steps == INFINITE
+        if steps_per_epoch is None and train.steps >= 0:
+            steps_per_epoch = train.steps
+            train = train.repeated()
             self.endless = True
         # With gradient accumulation the loop counts applied steps of k batches each.
         self.accumulate = runner.batches_per_step
         steps_per_epoch = accumulation.applied_steps(steps_per_epoch, self.accumulate)
         self.steps_per_epoch = steps_per_epoch
-        self.train_data = train_data
+        self.train = train
         self.val_dataset = None
-        if validation_data is not None:
-            self.val_dataset = inputs.distribute(runner.strategy, validation_data)
+        if schedule.validation is not None:
+            self.val_dataset = schedule.validation.distribute()
 
+        verbose = schedule.verbose
         self.callbacks = keras.callbacks.CallbackList(
             list(callbacks) + ([ProgressBar()] if verbose else []),
             add_history=True,
             add_progbar=False,
             model=runner.model,
             verbose=verbose,
-            epochs=epochs,
+            epochs=self.epochs,
             steps=steps_per_epoch,
-            batch_size=global_batch,
+            batch_size=train.global_batch,
         )
-        self.ckpt = None
-        if resume not in RESUME_MODES:
-            raise ValueError(
-                f"resume must be one of {RESUME_MODES}, got {resume!r}: 'auto' refuses a "
-                "checkpoint of a run with another global batch, steps per epoch, optimizer, "
-                "accumulate_steps or training data; 'force' accepts it; 'never' starts from "
-                "step 0."
-            )
-        self.resume = resume
         self.verbose = verbose
         self.run_shape = {
-            "global_batch": global_batch,
+            "global_batch": train.global_batch,
             "steps_per_epoch": steps_per_epoch,
             **runner.run_shape(),  # optimizer type and hyperparameters, accumulate_steps
-            "dataset": fingerprint.describe_spec(sample),
+            "dataset": train.describe_spec(),
         }
-        if checkpoint_dir is not None:
-            _warn_if_random_state(sample, checkpoint_dir)
-            identity = fingerprint.of_dataset(sample)
+        self.ckpt = None
+        if checkpointing.directory is not None:
+            _warn_if_random_state(train.dataset, checkpointing.directory)
+            identity = train.fingerprint
             if identity.content is not None:
                 self.run_shape["data"] = str(identity)
             else:
@@ -158,7 +162,10 @@ class FitLoop:
                     identity.how,
                 )
             self.ckpt = CheckpointState(
-                checkpoint_dir, runner.strategy, keep, **runner.checkpoint_items()
+                checkpointing.directory,
+                runner.strategy,
+                checkpointing.keep,
+                **runner.checkpoint_items(),
             )
         self.bad_loops = 0
         self.last_saved = None
@@ -181,13 +188,11 @@ class FitLoop:
         A plain `tf.data` iterator joins the checkpoint (its position is restored);
         a distributed one cannot be saved, so a resumed run skips what was done.
         """
-        data = self.train_data
+        feed = self.train
         if resumed_steps:
-            data = inputs.skip(data, resumed_steps * self.accumulate, self.runner.strategy)
-        iterator = iterators.adopt(
-            iter(inputs.distribute(self.runner.strategy, data, endless=self.endless))
-        )
-        # A worker's own shard (inputs.local_shard) must not be restored from the chief's.
+            feed = feed.skipped(resumed_steps * self.accumulate)
+        iterator = iterators.adopt(iter(feed.distribute(endless=self.endless)))
+        # A worker's own shard (feed.local_shard) must not be restored from the chief's.
         trackable = isinstance(iterator, tf.__internal__.tracking.Trackable) and not isinstance(
             self.runner.strategy, tf.distribute.MultiWorkerMirroredStrategy
         )
@@ -199,12 +204,7 @@ class FitLoop:
     def _iterator_saveable(self) -> bool:
         """Whether the input iterator can join the checkpoint (asked before making it): a
         plain `tf.data` iterator, which only a strategy that distributes nothing gives."""
-        if self.ckpt is None or not self.stream or inputs.is_dataset_fn(self.train_data):
-            return False
-        if isinstance(self.runner.strategy, tf.distribute.MultiWorkerMirroredStrategy):
-            return False
-        distributed = self.runner.strategy.experimental_distribute_dataset(self.train_data)
-        return isinstance(distributed, tf.data.Dataset)
+        return self.ckpt is not None and self.stream and self.train.iterator_saveable()
 
     # -- checkpoints ---------------------------------------------------------------------
 
@@ -408,7 +408,7 @@ class FitLoop:
 
     def _restore_last_good(self) -> None:
         """restore_on_divergence: back to this run's last checkpoint, if it has one."""
-        if self.restore_on_divergence and self.ckpt is not None and self.ckpt.latest:
+        if self.faults.restore_on_divergence and self.ckpt is not None and self.ckpt.latest:
             with self.runner.restoring():
                 self.ckpt.restore(self.run_shape, "force" if self.resume == "force" else "auto")
 
@@ -436,7 +436,7 @@ class FitLoop:
             self.bad_loops = 0
             return
         self.bad_loops += 1
-        if self.bad_loops >= self.divergence_loops:
+        if self.bad_loops >= self.faults.divergence_loops:
             self._restore_last_good()
             raise TrainingDivergedError(step, self.bad_loops, loop_loss)
 
@@ -448,7 +448,7 @@ class FitLoop:
         saved = None
         if self.ckpt is not None and self.last_saved == step and self.ckpt.latest:
             saved = self.ckpt.latest
-        faults.stop(self.watcher.signal_received, step, saved, self.exit_on_preemption)
+        faults.stop(self.watcher.signal_received, step, saved, self.faults.exit_on_preemption)
         return self.runner.model.history
 
     def _no_batch(self, epoch: int, trained: bool) -> None:

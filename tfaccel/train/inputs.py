@@ -1,4 +1,7 @@
-"""Checks and distributes the Trainer's input data."""
+"""Checks of the Trainer's input: element structure, feature shapes, length; step errors explained.
+
+The input itself — built once, distributed, repeated, skipped — is a `tfaccel.data.Feed`.
+"""
 
 from __future__ import annotations
 
@@ -6,32 +9,11 @@ import re
 
 import tensorflow as tf
 
-from tfaccel.data import graph
-
 INFINITE = tf.data.INFINITE_CARDINALITY
 
 
-def is_dataset_fn(data) -> bool:
-    """True for a `distribute_datasets_from_function`-style callable."""
-    return callable(data) and not isinstance(data, tf.data.Dataset)
-
-
-def sample_dataset(data) -> tf.data.Dataset:
-    """A dataset with the element structure of `data` (built, not iterated)."""
-    if isinstance(data, tf.data.Dataset):
-        return data
-    if is_dataset_fn(data):
-        return data(tf.distribute.InputContext())
-    raise TypeError(
-        f"Expected a batched tf.data.Dataset or a dataset function, got {type(data).__name__}. "
-        "Wrap arrays with tfaccel.data.pipeline(...) or tf.data.Dataset.from_tensor_slices(...)"
-        ".batch(n)."
-    )
-
-
-def check_elements(dataset: tf.data.Dataset, model) -> None:
-    """Raises ValueError unless elements are batched `(x, y)` or `(x, y, sample_weight)`."""
-    spec = dataset.element_spec
+def check_elements(spec, model) -> None:
+    """Raises ValueError unless elements (`spec`) are batched `(x, y)` or `(x, y, weight)`."""
     if not isinstance(spec, tuple) or len(spec) not in (2, 3):
         raise ValueError(
             "Each dataset element must be a tuple (x, y) or (x, y, sample_weight); got "
@@ -163,9 +145,9 @@ def explain_step_error(error: Exception, loss_name: str) -> str | None:
     return None
 
 
-def check_not_empty(dataset: tf.data.Dataset, what: str) -> None:
-    """Raises ValueError for a dataset that is known to hold no batch."""
-    if int(dataset.cardinality()) == 0:
+def check_not_empty(feed, what: str) -> None:
+    """Raises ValueError for data that is known to hold no batch."""
+    if feed.steps == 0:
         raise ValueError(
             f"The {what} dataset is empty (0 batches), so there is nothing to "
             f"{'train on' if what == 'training' else 'evaluate'}. Check the source (files, "
@@ -174,100 +156,11 @@ def check_not_empty(dataset: tf.data.Dataset, what: str) -> None:
         )
 
 
-def static_batch_size(dataset: tf.data.Dataset) -> int | None:
-    """The batch size the dataset was batched with, when it can be read from its graph."""
-    return graph.static_batch_size(dataset)
-
-
-def has_static_batch(dataset: tf.data.Dataset) -> bool:
-    """True when every batch has the same size (`drop_remainder=True`)."""
-    dim = tf.nest.flatten(dataset.element_spec)[0].shape
-    return bool(dim.rank) and dim[0] is not None
-
-
-def drops_remainder(data) -> bool:
-    """Whether every batch of `data` is full: `drop_remainder` of a `tfaccel.data` pipeline
-    (on by default with several replicas), else read from the dataset's static shape."""
-    drop = getattr(data, "drop_remainder", None)
-    return has_static_batch(sample_dataset(data)) if drop is None else bool(drop)
-
-
-def check_finite(dataset: tf.data.Dataset, steps_per_epoch: int | None, what: str) -> None:
-    """Raises ValueError for an infinite dataset without a step count."""
-    if steps_per_epoch is None and dataset.cardinality() == INFINITE:
+def check_finite(feed, steps_per_epoch: int | None, what: str) -> None:
+    """Raises ValueError for infinite data without a step count."""
+    if steps_per_epoch is None and feed.steps == INFINITE:
         raise ValueError(
             f"The {what} dataset is infinite (it repeats), so an epoch never ends on its own. "
             f"Pass {'steps_per_epoch' if what == 'training' else 'validation_steps'}=N, or "
             "remove .repeat()."
         )
-
-
-def distribute(strategy: tf.distribute.Strategy, data, endless: bool = False):
-    """Returns the distributed dataset to iterate under `strategy`: for an `endless`
-    (repeated) dataset function on a multi-worker CPU cluster with one replica per
-    worker, this worker's own dataset (see `local_shard`)."""
-    if is_dataset_fn(data):
-        local = local_shard(strategy, data) if endless else None
-        if local is not None:
-            return local
-        return strategy.distribute_datasets_from_function(data)
-    return strategy.experimental_distribute_dataset(data)
-
-
-def local_shard(strategy: tf.distribute.Strategy, fn) -> tf.data.Dataset | None:
-    """This worker's dataset from `fn`, iterated as it is, when every worker of a
-    `MultiWorkerMirroredStrategy` has one replica on its CPU; else None.
-
-    A worker's one replica takes its local batch as it is, so the distributed
-    iterator (a multi-device iterator fetching each batch through a function call) adds
-    nothing but its cost: about 9 ms of CPU per step here, a third of an MLP step
-    (`benchmarks/multi_worker.py`). Only for endless data: without the distributed
-    iterator's agreement on the end of data, workers whose shards ended a step apart
-    would wait on each other's all-reduce.
-    """
-    if not isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy):
-        return None
-    extended = strategy.extended
-    workers = getattr(extended, "_num_workers", None)
-    index = getattr(extended, "_id_in_cluster", None)
-    devices = tuple(getattr(extended, "worker_devices", ()))
-    if workers is None or index is None or len(devices) != 1 or "CPU" not in devices[0]:
-        return None
-    if strategy.num_replicas_in_sync != workers:
-        return None
-    context = tf.distribute.InputContext(
-        num_input_pipelines=workers, input_pipeline_id=index, num_replicas_in_sync=workers
-    )
-    with tf.device(devices[0]):
-        return fn(context)
-
-
-def repeat(data):
-    """Repeats a dataset (or each dataset a dataset function builds) indefinitely."""
-    if is_dataset_fn(data):
-        return _DatasetFnWrapper(data, lambda ds, context: ds.repeat())
-    return data.repeat()
-
-
-def skip(data, steps: int, strategy: tf.distribute.Strategy):
-    """Skips the batches of `steps` global steps (fast-forward after a resume)."""
-    if is_dataset_fn(data):
-        # Each input pipeline feeds (replicas / pipelines) replicas per step.
-        def skip_fn(ds, context):
-            per_pipeline = context.num_replicas_in_sync // max(context.num_input_pipelines, 1)
-            return ds.skip(steps * per_pipeline)
-
-        return _DatasetFnWrapper(data, skip_fn)
-    return data.skip(steps)
-
-
-class _DatasetFnWrapper:
-    """A dataset function with a transformation applied to what it returns."""
-
-    def __init__(self, fn, transform):
-        self.fn = fn
-        self.transform = transform
-        self.global_batch_size = getattr(fn, "global_batch_size", None)
-
-    def __call__(self, context):
-        return self.transform(self.fn(context), context)

@@ -7,24 +7,7 @@ import time
 
 import tensorflow as tf
 
-from tfaccel.train import inputs
 from tfaccel.train.steps import unpack
-
-
-def one_batch(data):
-    """`data` reduced to its first batch, cached and repeated (same structure and type)."""
-
-    def first(dataset):
-        return dataset.take(1).cache().repeat()
-
-    if inputs.is_dataset_fn(data):
-
-        def fn(context):
-            return first(data(context))
-
-        fn.global_batch_size = getattr(data, "global_batch_size", None)
-        return fn
-    return first(data)
 
 
 class GradientLoops:

@@ -26,9 +26,9 @@ import numpy as np
 import tensorflow as tf
 
 from tfaccel import precision
-from tfaccel.train import inputs, iterators
+from tfaccel.train import iterators
 from tfaccel.train.agreement import agree
-from tfaccel.train.passes import GradientLoops, one_batch
+from tfaccel.train.passes import GradientLoops
 
 SHARE = 0.05  # the timed rounds' cost: at most this share of one epoch
 ROUNDS = 3
@@ -87,7 +87,7 @@ def random_states_kept():
 
 
 def time_policies(
-    model, loss, strategy, data, policies, *, builder=None, epoch_steps: int | None = None
+    model, loss, strategy, feed, policies, *, builder=None, epoch_steps: int | None = None
 ) -> dict:
     """Examples/s of the passes under each policy, and what the measurement cost.
 
@@ -98,11 +98,10 @@ def time_policies(
     "seconds": the whole probe, "timed_s": the timed rounds, "budget_s"}`.
     """
     began = time.perf_counter()
-    sample = inputs.sample_dataset(data)
-    batch = getattr(data, "global_batch_size", None) or inputs.static_batch_size(sample)
+    batch = feed.global_batch
     with random_states_kept(), strategy.scope():
         copies = {p: under(model, p, builder) for p in policies}
-        cached = iterators.adopt(iter(inputs.distribute(strategy, one_batch(data), endless=True)))
+        cached = iterators.adopt(iter(feed.one_batch().distribute(endless=True)))
         loops = {p: GradientLoops(m, loss, strategy) for p, m in copies.items()}
         first = {p: loop.seconds(False, cached, 1, 2)[-1] for p, loop in loops.items()}
         budget = max(SHARE * first[policies[0]] * (epoch_steps or 0), FLOOR_S)
@@ -126,13 +125,13 @@ def time_policies(
     }
 
 
-def choose(model, loss, strategy, data, *, builder=None, epoch_steps=None) -> precision.Choice:
+def choose(model, loss, strategy, feed, *, builder=None, epoch_steps=None) -> precision.Choice:
     """The policy for this model's step on this machine ("auto"), with what was measured."""
     policies, why = precision.candidates()
     if len(policies) == 1:
         return precision.Choice("float32", why)
     measured = time_policies(
-        model, loss, strategy, data, policies, builder=builder, epoch_steps=epoch_steps
+        model, loss, strategy, feed, policies, builder=builder, epoch_steps=epoch_steps
     )
     what = (
         f"the model's passes, {measured['rounds']} rounds of {measured['steps']} step(s); "

@@ -10,28 +10,14 @@ from __future__ import annotations
 
 import warnings
 
-from tfaccel.data import graph
-from tfaccel.train import inputs
-
 
 class DroppedExamplesWarning(UserWarning):
     """Training examples left out of every epoch by `drop_remainder=True`."""
 
 
-def dropped_per_epoch(data) -> tuple[int, int] | None:
-    """`(dropped, examples)` per epoch of a dataset batched with `drop_remainder=True`.
-
-    Read from the dataset's graph: the last batch step and the number of elements it
-    batches (a dataset function is built for one pipeline, one replica: its batch is the
-    global batch). None when nothing is dropped or the count cannot be known (an
-    unknown or infinite length, e.g. `repeat` before `batch`).
-    """
-    return graph.dropped_per_epoch(inputs.sample_dataset(data))
-
-
-def warn_if_dropped(data, jit_compile: bool) -> tuple[int, int] | None:
-    """Warns once when `data` drops examples every epoch; returns `(dropped, examples)`."""
-    counted = dropped_per_epoch(data)
+def warn_if_dropped(feed, jit_compile: bool) -> tuple[int, int] | None:
+    """Warns once when the `Feed` drops examples every epoch; returns `(dropped, examples)`."""
+    counted = feed.dropped
     if counted is None:
         return None
     dropped, examples = counted

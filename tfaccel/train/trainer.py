@@ -16,12 +16,12 @@ Example:
 from __future__ import annotations
 
 import logging
-import types
 
 import keras
 import tensorflow as tf
 
 from tfaccel import cluster, precision, shared_strategy
+from tfaccel.data.feed import Feed, has_static_batch
 from tfaccel.data.label_contract import check as check_labels
 from tfaccel.train import (
     accumulation,
@@ -36,8 +36,9 @@ from tfaccel.train import (
     saving,
     settings,
 )
-from tfaccel.train.fit_loop import FitLoop
+from tfaccel.train.fit_loop import FitLoop, Schedule
 from tfaccel.train.losses import PerExampleLoss, resolve_metrics
+from tfaccel.train.policies import Checkpointing, FaultPolicy
 from tfaccel.train.runner import EVALUATION_STEPS_PER_LOOP, Runner, build_symbolically
 
 logger = logging.getLogger("tfaccel")
@@ -192,8 +193,12 @@ class Trainer:
         if self.precision_choice is None:
             self.precision_choice = precision.Choice(policy, reason)
 
-    def _choose_precision(self, data, steps_per_epoch) -> None:
-        """`precision="auto"`, at the first fit: times the candidates, trains the fastest."""
+    def _choose_precision(self, feed: Feed, steps_per_epoch) -> None:
+        """`precision="auto"`, at the first fit: times the candidates, trains the fastest.
+
+        The timing reads a second build of a dataset function (`Feed.rebuilt`): reading the
+        training build would draw its shuffle's first seeds and move the training order.
+        """
         if not self._auto_precision or self.precision_choice is not None:
             return
         if self.runner.loops is not None:  # evaluate ran first: the step exists already
@@ -201,18 +206,16 @@ class Trainer:
                 self.model.dtype_policy.name, "kept: evaluate ran before the first fit"
             )
             return
-        sample = inputs.sample_dataset(data)
         with self.strategy.scope():
             if not self.model.built or not self.model.weights:
-                build_symbolically(self.model, sample.element_spec[0])
-        length = int(sample.cardinality())
-        epoch_steps = steps_per_epoch or (length if length > 0 else None)
+                build_symbolically(self.model, feed.element_spec[0])
+        epoch_steps = steps_per_epoch or (feed.steps if feed.steps > 0 else None)
         try:
             choice = precision_step.choose(
                 self.model,
                 self.loss,
                 self.strategy,
-                data,
+                feed.rebuilt() if feed.is_function else feed,
                 builder=self._builder,
                 epoch_steps=epoch_steps,
             )
@@ -249,28 +252,39 @@ class Trainer:
         """Resets the loss tracker and the metrics (as `model.reset_metrics`)."""
         self.runner.reset_metrics()
 
-    def _prepare(self, data, steps, what: str):
-        sample = inputs.sample_dataset(data)
-        inputs.check_elements(sample, self.model)
-        inputs.check_not_empty(sample, what)
-        inputs.check_finite(sample, steps, what)
+    def feed(self, data, *, steps: int | None = None, what: str = "training") -> Feed:
+        """The input of one call as a `Feed` (built once), checked as `fit` checks it; the
+        model's and optimizer's variables and the step loops are built for it.
+
+        Args:
+            data: a batched dataset, a dataset function, `tfaccel.data.pipeline`'s result,
+                or a `Feed` already made.
+            steps: the steps that will be read (None: until the data ends).
+            what: "training", "validation" or "evaluation" (for messages).
+
+        Raises:
+            ValueError, TypeError: the input checks `fit` documents.
+        """
+        feed = data if isinstance(data, Feed) else Feed(data, self.strategy, what=what)
+        inputs.check_elements(feed.element_spec, self.model)
+        inputs.check_not_empty(feed, what)
+        inputs.check_finite(feed, steps, what)
         replicas = self.strategy.num_replicas_in_sync
-        batch = getattr(data, "global_batch_size", None) or inputs.static_batch_size(sample)
-        if not inputs.is_dataset_fn(data) and inputs.has_static_batch(sample) and batch:
+        batch = feed.global_batch
+        if not feed.is_function and has_static_batch(feed.dataset) and batch:
             if batch % replicas:
                 raise ValueError(
                     f"The global batch of {batch} (drop_remainder=True) does not divide among "
                     f"{replicas} replicas. Use a batch size that is a multiple of {replicas}."
                 )
-        self.runner.build(sample)
-        check_labels(sample, self.model, self.loss.fn)
-        return batch
+        self.runner.build(feed.dataset)
+        check_labels(feed.probe, self.model, self.loss.fn)
+        return feed
 
-    def _resolve_settings(
-        self, data, global_batch: int | None, steps_per_epoch: int | None
-    ) -> dict:
+    def _resolve_settings(self, feed: Feed, steps_per_epoch: int | None) -> dict:
         replicas = self.strategy.num_replicas_in_sync
         policy = self.model.dtype_policy.name
+        global_batch = feed.global_batch
         per_replica = global_batch // replicas if global_batch else None
         k = self.accumulate_steps
         return {
@@ -282,7 +296,7 @@ class Trainer:
             "accumulate_steps": k,
             "effective_global_batch": global_batch * k if global_batch else None,
             "on_oom": _on_oom_text(self.runner),
-            "drop_remainder": inputs.drops_remainder(data),
+            "drop_remainder": _dropped_text(feed),
             "dtype_policy": self.precision_choice.describe() if self.precision_choice else policy,
             "loss_scale": settings.loss_scale_of(self.optimizer) or "none",
             "jit_compile": self.jit_compile,
@@ -424,35 +438,27 @@ class Trainer:
         verbose = 1 if verbose == "auto" else verbose
         arguments.check_steps("validation_steps", validation_steps)
         callbacks = arguments.callback_list(callbacks)
-        self._choose_precision(train_data, steps_per_epoch)
-        global_batch = self._prepare(train_data, steps_per_epoch, "training")
-        dropped = remainder.warn_if_dropped(train_data, self.jit_compile)
-        if validation_data is not None:
-            self._prepare(validation_data, validation_steps, "validation")
-        loop = FitLoop(
-            self.runner,
-            train_data,
-            steps_per_loop=self._loop_sizer,
-            epochs=epochs,
+        schedule = Schedule(
+            epochs,
             steps_per_epoch=steps_per_epoch,
-            validation_data=validation_data,
-            validation_steps=validation_steps,
-            callbacks=callbacks,
-            verbose=verbose,
-            global_batch=global_batch,
-            checkpoint_dir=checkpoint_dir,
-            checkpoint_every=checkpoint_every,
-            keep=keep,
-            divergence_loops=divergence_loops,
-            restore_on_divergence=restore_on_divergence,
-            exit_on_preemption=exit_on_preemption,
-            resume=resume,
             initial_epoch=initial_epoch,
+            validation_steps=validation_steps,
+            sizer=self._loop_sizer,
+            verbose=verbose,
         )
+        checkpointing = Checkpointing(checkpoint_dir, checkpoint_every, keep, resume)
+        faults = FaultPolicy(divergence_loops, restore_on_divergence, exit_on_preemption)
+        train = Feed(train_data, self.strategy, what="training")
+        self._choose_precision(train, steps_per_epoch)
+        self.feed(train, steps=steps_per_epoch)
+        remainder.warn_if_dropped(train, self.jit_compile)
+        if validation_data is not None:
+            schedule.validation = self.feed(
+                validation_data, steps=validation_steps, what="validation"
+            )
+        loop = FitLoop(self.runner, train, schedule, callbacks, checkpointing, faults)
         try:  # the checkpoint directory is this run's until fit ends, however it ends
-            self.settings = self._resolve_settings(train_data, global_batch, loop.steps_per_epoch)
-            if dropped:
-                self.settings["drop_remainder"] = f"True ({dropped[0]} of {dropped[1]} dropped)"
+            self.settings = self._resolve_settings(train, loop.steps_per_epoch)
             table = settings.format_table(self.settings)
             if verbose:
                 print(table)
@@ -492,8 +498,8 @@ class Trainer:
         elif batch_size is not None:
             raise ValueError("batch_size= is for arrays; the dataset is batched already.")
         data = array_inputs.evaluation_data(x, batch_size, self.strategy, y, sample_weight)
-        self._prepare(data, steps, "evaluation")
-        iterator = iterators.adopt(iter(inputs.distribute(self.strategy, data)))
+        feed = self.feed(data, steps=steps, what="evaluation")
+        iterator = iterators.adopt(iter(feed.distribute()))
         return self.runner.evaluate(iterator, steps)
 
     def save(self, filepath) -> str:
@@ -532,21 +538,18 @@ class Trainer:
         is the n in use (None while "auto" is still measuring), `.describe()` says why."""
         return self._loop_sizer
 
-    def feed(self, data, *, what: str = "training", steps: int | None = None):
-        """The training input checked as `fit` checks it, the step loops built for it;
-        `.global_batch` is its global batch size (None when it cannot be read).
-
-        Raises:
-            ValueError, TypeError: the input checks `fit` documents.
-        """
-        global_batch = self._prepare(data, steps, what)
-        return types.SimpleNamespace(global_batch=global_batch)
-
 
 def _on_oom_text(runner: Runner) -> str:
     if runner.micro_batches == 1:
         return runner.on_oom
     return f"accumulate: {runner.micro_batches} micro-batches per batch"
+
+
+def _dropped_text(feed: Feed):
+    dropped = feed.dropped
+    if not feed.drop_remainder or dropped is None:
+        return feed.drop_remainder
+    return f"True ({dropped[0]} of {dropped[1]} dropped)"
 
 
 def _steps_text(steps: int | None, accumulate_steps: int):
