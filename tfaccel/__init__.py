@@ -18,18 +18,18 @@ _os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 __version__ = "0.1.0"
 
-# Public name -> the module that defines it.
+# Public name -> the module that defines it (the errors: tfaccel.errors, without TensorFlow).
 _NAMES = {
     "BottleneckBlock": "tfaccel.blocks",
     "InceptionBlock": "tfaccel.blocks",
     "ResidualBlock": "tfaccel.blocks",
-    "DeviceConfigError": "tfaccel.devices",
-    "CheckpointCorruptError": "tfaccel.train",
-    "CheckpointLockedError": "tfaccel.train",
-    "CheckpointMismatchError": "tfaccel.train",
-    "DroppedExamplesWarning": "tfaccel.train",
+    "DeviceConfigError": "tfaccel.errors",
+    "CheckpointCorruptError": "tfaccel.errors",
+    "CheckpointLockedError": "tfaccel.errors",
+    "CheckpointMismatchError": "tfaccel.errors",
+    "DroppedExamplesWarning": "tfaccel.errors",
     "Trainer": "tfaccel.train",
-    "TrainingDivergedError": "tfaccel.train",
+    "TrainingDivergedError": "tfaccel.errors",
 }
 _SUBMODULES = (
     "blocks",
@@ -39,6 +39,7 @@ _SUBMODULES = (
     "data",
     "devices",
     "doctor",
+    "errors",
     "models",
     "parallel",
     "precision",
@@ -65,6 +66,7 @@ __all__ = [
     "data",
     "devices",
     "doctor",
+    "errors",
     "models",
     "parallel",
     "precision",
@@ -80,21 +82,22 @@ if TYPE_CHECKING:  # what static tools and IDEs see
         data,
         devices,
         doctor,
+        errors,
         models,
         parallel,
         precision,
         tuning,
     )
     from tfaccel.blocks import BottleneckBlock, InceptionBlock, ResidualBlock
-    from tfaccel.devices import DeviceConfigError
-    from tfaccel.train import (
+    from tfaccel.errors import (
         CheckpointCorruptError,
         CheckpointLockedError,
         CheckpointMismatchError,
+        DeviceConfigError,
         DroppedExamplesWarning,
-        Trainer,
         TrainingDivergedError,
     )
+    from tfaccel.train import Trainer
 
 
 def __getattr__(name: str):

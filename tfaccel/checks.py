@@ -12,21 +12,11 @@ import time
 import warnings
 from collections.abc import Callable
 
+from tfaccel.errors import CheckFailed, Skip
+
 STEPS = 4  # training steps of every compared run
 BATCH = 32  # global batch
 MB = 1024 * 1024
-
-
-class Skip(Exception):
-    """Raised by a check that cannot run here; the message says why."""
-
-
-class CheckFailed(AssertionError):
-    """Raised by a check whose measurement is wrong; the message says what was found."""
-
-    def __init__(self, message: str, figure: str = "", value: float | None = None):
-        super().__init__(message)
-        self.figure, self.value = figure, value
 
 
 @dataclasses.dataclass

@@ -25,6 +25,8 @@ import warnings
 
 import tensorflow as tf
 
+from tfaccel.errors import ClusterMismatchWarning, DeviceConfigError, SlurmAllocationWarning
+
 SOURCES = ("TF_CONFIG", "Slurm", "none")
 """Where a cluster can come from, in the order `detect` looks: `TF_CONFIG`, a Slurm step, none."""
 PORT_BASE_VARIABLE = "TFACCEL_SLURM_PORT_BASE"
@@ -32,10 +34,6 @@ PORT_BASE_VARIABLE = "TFACCEL_SLURM_PORT_BASE"
 DEFAULT_PORT_BASE = 8888  # SlurmClusterResolver's default
 """The first port of a Slurm job's workers without `TFACCEL_SLURM_PORT_BASE` (+ the task's slot)."""
 _WORKER_TYPES = ("chief", "worker")
-
-
-class DeviceConfigError(RuntimeError):
-    """The requested device configuration cannot be applied on this machine now."""
 
 
 def read_tf_config(environ: dict | None = None) -> dict | None:
@@ -84,14 +82,6 @@ def read_tf_config(environ: dict | None = None) -> dict | None:
             f"lists {len(members)} address(es) (indices 0..{len(members) - 1})."
         )
     return config
-
-
-class SlurmAllocationWarning(UserWarning):
-    """A Slurm allocation of several tasks, but no job step: this process runs alone."""
-
-
-class ClusterMismatchWarning(UserWarning):
-    """TF_CONFIG and Slurm both describe a cluster, with different worker counts."""
 
 
 @dataclasses.dataclass(frozen=True)

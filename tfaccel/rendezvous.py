@@ -13,11 +13,9 @@ from __future__ import annotations
 import socket
 import time
 
+from tfaccel.errors import PeersMissingError
+
 _POLL_S = 0.25
-
-
-class PeersMissingError(RuntimeError):
-    """Some workers of the cluster never came within the startup timeout."""
 
 
 def _accepts(address: str) -> bool:

@@ -22,13 +22,10 @@ from dataclasses import dataclass
 import keras
 from keras import tree
 
+from tfaccel.errors import SplitError
 from tfaccel.parallel import costs
 
 BALANCES = ("params", "flops")
-
-
-class SplitError(ValueError):
-    """A model that cannot be cut into the requested pipeline stages."""
 
 
 @dataclass

@@ -23,6 +23,7 @@ import warnings
 import tensorflow as tf
 
 from tfaccel import strict_json
+from tfaccel.errors import CheckpointCorruptError, CheckpointMismatchError
 from tfaccel.train import checkpoint_files as files
 from tfaccel.train import hyperparameters
 from tfaccel.train.lock import DirectoryLock
@@ -40,14 +41,6 @@ REFUSED = {
 POSITION_KEYS = ("global_batch", "steps_per_epoch", "accumulate_steps")
 # ...and those whose change makes the saved iterator's data other data (same position).
 ITERATOR_KEYS = (*POSITION_KEYS, "data")
-
-
-class CheckpointMismatchError(ValueError):
-    """The checkpoint directory holds a checkpoint of a different model or run shape."""
-
-
-class CheckpointCorruptError(RuntimeError):
-    """Every checkpoint in the checkpoint directory is unreadable (truncated, missing files)."""
 
 
 def is_chief(strategy: tf.distribute.Strategy) -> bool:

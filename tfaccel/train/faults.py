@@ -22,35 +22,7 @@ import threading
 
 import tensorflow as tf
 
-
-class TrainingDivergedError(RuntimeError):
-    """The loss stayed non-finite for too many step loops, or a weight became non-finite.
-
-    Attributes:
-        step: the global step after which divergence was seen.
-        variable: the first non-finite trainable variable (its path), or None when the
-            loss diverged.
-    """
-
-    def __init__(self, step: int, loops: int = 0, loss: float = float("nan"), *, variable=None):
-        self.step = step
-        self.variable = variable
-        if variable is None:
-            message = (
-                f"Training diverged: the loss was {loss} for {loops} consecutive step loops, "
-                f"up to step {step}."
-            )
-        else:
-            message = (
-                f"Training diverged: the trainable variable {variable!r} holds NaN or inf "
-                f"after step {step} (the reported loss may still look finite). No checkpoint "
-                "was written with these weights."
-            )
-        super().__init__(
-            f"{message} The last good checkpoint was left intact. Check the data for inf/NaN "
-            "(tfaccel.data.pipeline(..., check_finite=True) names the element), lower the "
-            "learning rate, or use loss scaling (mixed_float16) correctly."
-        )
+from tfaccel.errors import TrainingDivergedError  # noqa: F401 (re-exported)
 
 
 class PreemptionWatcher:

@@ -32,16 +32,13 @@ import warnings
 import psutil
 
 from tfaccel import strict_json
+from tfaccel.errors import CheckpointLockedError
 
 NAME = "tfaccel.lock"
 # Seconds without a refresh after which another host's lock is stale (wall clocks).
 STALE_AFTER = 300.0
 
 logger = logging.getLogger("tfaccel")
-
-
-class CheckpointLockedError(RuntimeError):
-    """Another run holds the checkpoint directory (see `tfaccel.train.lock`)."""
 
 
 class DirectoryLock:

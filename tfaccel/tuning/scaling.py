@@ -12,6 +12,8 @@ from __future__ import annotations
 import math
 import warnings
 
+from tfaccel.errors import LRScalingWarning
+
 LR_SCALING_RULES = ("auto", "linear", "sqrt", None)
 # Optimizers whose step is normalised by running gradient statistics: square-root rule.
 ADAPTIVE = (
@@ -37,10 +39,6 @@ def check_lr_scaling(rule) -> None:
             f"Unknown lr_scaling {rule!r}. Expected 'auto' (from the optimizer), 'linear' "
             "(rate ∝ batch), 'sqrt' (rate ∝ √batch) or None (keep the base rate)."
         )
-
-
-class LRScalingWarning(UserWarning):
-    """lr_scaling="auto" met an optimizer it does not know: the rule it chose and why."""
 
 
 def rule_for(optimizer) -> str:

@@ -21,6 +21,7 @@ import keras
 import tensorflow as tf
 
 from tfaccel.callbacks._steps import wait_for
+from tfaccel.errors import NoBatchSizeFitsError
 from tfaccel.tuning import inputs, noise_probe, time_to_accuracy
 from tfaccel.tuning.budget import TimeLimit
 from tfaccel.tuning.memory import MemoryMeter, predict_mb
@@ -35,10 +36,6 @@ from tfaccel.tuning.report import BatchSizeReport, ProbeRow, knee_batch_size
 logger = logging.getLogger("tfaccel")
 
 MODES = ("power", "binsearch")
-
-
-class NoBatchSizeFitsError(RuntimeError):
-    """Not even the smallest batch tried fits in memory."""
 
 
 class _ProbeTimer(keras.callbacks.Callback):
