@@ -29,6 +29,7 @@ from tfaccel import precision
 from tfaccel.train import iterators
 from tfaccel.train.agreement import agree
 from tfaccel.train.passes import GradientLoops
+from tfaccel.train.runner import build_symbolically
 
 SHARE = 0.05  # the timed rounds' cost: at most this share of one epoch
 ROUNDS = 3
@@ -139,3 +140,27 @@ def choose(model, loss, strategy, feed, *, builder=None, epoch_steps=None) -> pr
     )
     choice = precision.decide(measured["rates"], "examples/s", what)
     return dataclasses.replace(choice, cost_s=measured["seconds"])
+
+
+def choose_for_feed(model, loss, strategy, feed, builder, steps_per_epoch) -> precision.Choice:
+    """`choose` for a Trainer's first fit on `feed`; "auto" never stops training, so a
+    probe that cannot measure keeps the model's policy and says why.
+
+    A dataset function is read through a second build (`Feed.rebuilt`): reading the
+    training build would draw its shuffle's first seeds and move the training order.
+    """
+    with strategy.scope():
+        if not model.built or not model.weights:
+            build_symbolically(model, feed.element_spec[0])
+    epoch_steps = steps_per_epoch or (feed.steps if feed.steps > 0 else None)
+    try:
+        return choose(
+            model,
+            loss,
+            strategy,
+            feed.rebuilt() if feed.is_function else feed,
+            builder=builder,
+            epoch_steps=epoch_steps,
+        )
+    except ValueError as error:
+        return precision.Choice(model.dtype_policy.name, f"kept: not measured ({error})")

@@ -5,6 +5,8 @@ from __future__ import annotations
 import keras
 import tensorflow as tf
 
+from tfaccel import cluster
+
 
 def unsupported_jit_layers(model) -> list[str]:
     """Names of the model (e.g. a `PipelineModel`) or its layers with `supports_jit = False`."""
@@ -54,3 +56,58 @@ def format_table(settings: dict) -> str:
     lines = ["tfaccel.Trainer settings", "-" * (width + 30)]
     lines += [f"{key:<{width}}  {value}" for key, value in settings.items()]
     return "\n".join(lines)
+
+
+def resolve(trainer, feed, steps_per_epoch: int | None) -> dict:
+    """The settings table of one `fit`: what the Trainer resolved, each in words."""
+    replicas = trainer.strategy.num_replicas_in_sync
+    policy = trainer.model.dtype_policy.name
+    global_batch = feed.global_batch
+    per_replica = global_batch // replicas if global_batch else None
+    k = trainer.accumulate_steps
+    return {
+        "strategy": type(trainer.strategy).__name__,
+        "cluster": cluster.source_of(trainer.strategy),
+        "replicas": replicas,
+        "per_replica_batch": per_replica,
+        "global_batch": global_batch,
+        "accumulate_steps": k,
+        "effective_global_batch": global_batch * k if global_batch else None,
+        "on_oom": _on_oom_text(trainer.runner),
+        "drop_remainder": _dropped_text(feed),
+        "dtype_policy": trainer.precision_choice.describe() if trainer.precision_choice else policy,
+        "loss_scale": loss_scale_of(trainer.optimizer) or "none",
+        "jit_compile": trainer.jit_compile,
+        "steps_per_epoch": _steps_text(steps_per_epoch, k),
+        "steps_per_loop": trainer.loop_sizer.describe(steps_per_epoch),
+        "devices": _device_names(trainer.strategy),
+    }
+
+
+def _on_oom_text(runner) -> str:
+    if runner.micro_batches == 1:
+        return runner.on_oom
+    return f"accumulate: {runner.micro_batches} micro-batches per batch"
+
+
+def _dropped_text(feed):
+    dropped = feed.dropped
+    if not feed.drop_remainder or dropped is None:
+        return feed.drop_remainder
+    return f"True ({dropped[0]} of {dropped[1]} dropped)"
+
+
+def _steps_text(steps: int | None, accumulate_steps: int):
+    if not steps:
+        return "until the data ends"
+    if accumulate_steps == 1:
+        return steps
+    return f"{steps} ({steps * accumulate_steps} batches)"
+
+
+def _device_names(strategy: tf.distribute.Strategy) -> str:
+    try:
+        return ", ".join(strategy.extended.worker_devices)
+    except RuntimeError:  # the default strategy places ops on TensorFlow's default device
+        gpus = tf.config.list_logical_devices("GPU")
+        return (gpus or tf.config.list_logical_devices("CPU"))[0].name

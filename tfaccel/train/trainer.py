@@ -1,15 +1,14 @@
 """The Trainer: a small outer loop (epochs, evaluation, callbacks) over a multi-step inner loop.
 
-`Trainer` resolves the arguments, checks the inputs and prints the settings table; the
-inner loop and its state are a `runner.Runner` (`trainer.runner`), and `fit`'s outer
-loop is a `fit_loop.FitLoop` that sees the runner only through
-`runner_interface.RunnerInterface`.
+`Trainer` resolves the arguments, makes each call's input one `tfaccel.data.Feed` (built
+once, checked) and prints the settings table; the inner loop and its state are a
+`runner.Runner`, and `fit`'s outer loop a `fit_loop.FitLoop` that sees the runner only
+through `runner_interface.RunnerInterface`.
 
 Example:
     >>> strategy = tfaccel.devices.strategy("auto")                 # doctest: +SKIP
     >>> trainer = tfaccel.Trainer(build_model, optimizer=keras.optimizers.Adam,
-    ...                           loss="sparse_categorical_crossentropy",
-    ...                           metrics=["accuracy"], strategy=strategy)
+    ...     loss="sparse_categorical_crossentropy", metrics=["accuracy"], strategy=strategy)
     >>> history = trainer.fit(train_ds, epochs=5, validation_data=val_ds)
 """
 
@@ -18,9 +17,8 @@ from __future__ import annotations
 import logging
 
 import keras
-import tensorflow as tf
 
-from tfaccel import cluster, precision, shared_strategy
+from tfaccel import precision, shared_strategy
 from tfaccel.data.feed import Feed, has_static_batch
 from tfaccel.data.label_contract import check as check_labels
 from tfaccel.train import (
@@ -39,7 +37,7 @@ from tfaccel.train import (
 from tfaccel.train.fit_loop import FitLoop, Schedule
 from tfaccel.train.losses import PerExampleLoss, resolve_metrics
 from tfaccel.train.policies import Checkpointing, FaultPolicy
-from tfaccel.train.runner import EVALUATION_STEPS_PER_LOOP, Runner, build_symbolically
+from tfaccel.train.runner import EVALUATION_STEPS_PER_LOOP, Runner
 
 logger = logging.getLogger("tfaccel")
 
@@ -194,11 +192,7 @@ class Trainer:
             self.precision_choice = precision.Choice(policy, reason)
 
     def _choose_precision(self, feed: Feed, steps_per_epoch) -> None:
-        """`precision="auto"`, at the first fit: times the candidates, trains the fastest.
-
-        The timing reads a second build of a dataset function (`Feed.rebuilt`): reading the
-        training build would draw its shuffle's first seeds and move the training order.
-        """
+        """`precision="auto"`, at the first fit: times the candidates, trains the fastest."""
         if not self._auto_precision or self.precision_choice is not None:
             return
         if self.runner.loops is not None:  # evaluate ran first: the step exists already
@@ -206,21 +200,9 @@ class Trainer:
                 self.model.dtype_policy.name, "kept: evaluate ran before the first fit"
             )
             return
-        with self.strategy.scope():
-            if not self.model.built or not self.model.weights:
-                build_symbolically(self.model, feed.element_spec[0])
-        epoch_steps = steps_per_epoch or (feed.steps if feed.steps > 0 else None)
-        try:
-            choice = precision_step.choose(
-                self.model,
-                self.loss,
-                self.strategy,
-                feed.rebuilt() if feed.is_function else feed,
-                builder=self._builder,
-                epoch_steps=epoch_steps,
-            )
-        except ValueError as error:  # "auto" never stops training: it keeps the policy
-            choice = precision.Choice(self.model.dtype_policy.name, f"kept: not measured ({error})")
+        choice = precision_step.choose_for_feed(
+            self.model, self.loss, self.strategy, feed, self._builder, steps_per_epoch
+        )
         self.precision_choice = choice
         logger.info("precision='auto': %s", choice.describe())
         if choice.policy != self.model.dtype_policy.name:
@@ -280,30 +262,6 @@ class Trainer:
         self.runner.build(feed.dataset)
         check_labels(feed.probe, self.model, self.loss.fn)
         return feed
-
-    def _resolve_settings(self, feed: Feed, steps_per_epoch: int | None) -> dict:
-        replicas = self.strategy.num_replicas_in_sync
-        policy = self.model.dtype_policy.name
-        global_batch = feed.global_batch
-        per_replica = global_batch // replicas if global_batch else None
-        k = self.accumulate_steps
-        return {
-            "strategy": type(self.strategy).__name__,
-            "cluster": cluster.source_of(self.strategy),
-            "replicas": replicas,
-            "per_replica_batch": per_replica,
-            "global_batch": global_batch,
-            "accumulate_steps": k,
-            "effective_global_batch": global_batch * k if global_batch else None,
-            "on_oom": _on_oom_text(self.runner),
-            "drop_remainder": _dropped_text(feed),
-            "dtype_policy": self.precision_choice.describe() if self.precision_choice else policy,
-            "loss_scale": settings.loss_scale_of(self.optimizer) or "none",
-            "jit_compile": self.jit_compile,
-            "steps_per_epoch": _steps_text(steps_per_epoch, k),
-            "steps_per_loop": self._loop_sizer.describe(steps_per_epoch),
-            "devices": _device_names(self.strategy),
-        }
 
     def fit(
         self,
@@ -458,7 +416,7 @@ class Trainer:
             )
         loop = FitLoop(self.runner, train, schedule, callbacks, checkpointing, faults)
         try:  # the checkpoint directory is this run's until fit ends, however it ends
-            self.settings = self._resolve_settings(train, loop.steps_per_epoch)
+            self.settings = settings.resolve(self, train, loop.steps_per_epoch)
             table = settings.format_table(self.settings)
             if verbose:
                 print(table)
@@ -537,35 +495,6 @@ class Trainer:
         """The steps per `tf.function` call (read-only; kept across `fit` calls): `.chosen`
         is the n in use (None while "auto" is still measuring), `.describe()` says why."""
         return self._loop_sizer
-
-
-def _on_oom_text(runner: Runner) -> str:
-    if runner.micro_batches == 1:
-        return runner.on_oom
-    return f"accumulate: {runner.micro_batches} micro-batches per batch"
-
-
-def _dropped_text(feed: Feed):
-    dropped = feed.dropped
-    if not feed.drop_remainder or dropped is None:
-        return feed.drop_remainder
-    return f"True ({dropped[0]} of {dropped[1]} dropped)"
-
-
-def _steps_text(steps: int | None, accumulate_steps: int):
-    if not steps:
-        return "until the data ends"
-    if accumulate_steps == 1:
-        return steps
-    return f"{steps} ({steps * accumulate_steps} batches)"
-
-
-def _device_names(strategy: tf.distribute.Strategy) -> str:
-    try:
-        return ", ".join(strategy.extended.worker_devices)
-    except RuntimeError:  # the default strategy places ops on TensorFlow's default device
-        gpus = tf.config.list_logical_devices("GPU")
-        return (gpus or tf.config.list_logical_devices("CPU"))[0].name
 
 
 _policy_name = precision.resolve  # for __init__, whose `precision` argument hides the module
