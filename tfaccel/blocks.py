@@ -27,6 +27,8 @@ import operator
 import keras
 from keras import layers, ops
 
+__all__ = ["BottleneckBlock", "InceptionBlock", "ResidualBlock"]
+
 PROJECTIONS = ("auto", True, False)
 """What `ResidualBlock(projection=...)` accepts ("auto": a 1×1 shortcut when the shape changes)."""
 _BN_MOMENTUM = 0.9

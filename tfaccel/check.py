@@ -39,7 +39,7 @@ from collections.abc import Callable
 
 from tfaccel.checks import CHECKS, CheckFailed, Context, Found, Skip, configure
 
-__all__ = ["CHECKS", "CheckFailed", "Found", "Result", "Skip", "format_table", "run", "write_json"]
+__all__ = ["CheckFailed", "Found", "Result", "Skip", "format_table", "run", "write_json"]
 
 PASSED, FAILED, SKIPPED = "passed", "failed", "skipped"
 

@@ -27,6 +27,16 @@ import tensorflow as tf
 
 from tfaccel.errors import ClusterMismatchWarning, DeviceConfigError, SlurmAllocationWarning
 
+__all__ = [
+    "ClusterInfo",
+    "ClusterMismatchWarning",
+    "DeviceConfigError",
+    "SlurmAllocationWarning",
+    "detect",
+    "read_slurm",
+    "read_tf_config",
+]
+
 SOURCES = ("TF_CONFIG", "Slurm", "none")
 """Where a cluster can come from, in the order `detect` looks: `TF_CONFIG`, a Slurm step, none."""
 PORT_BASE_VARIABLE = "TFACCEL_SLURM_PORT_BASE"

@@ -23,7 +23,18 @@ from typing import Any
 import tensorflow as tf
 
 from tfaccel import cluster, rendezvous, shared_strategy
-from tfaccel.cluster import DeviceConfigError, read_tf_config
+from tfaccel.cluster import read_tf_config
+from tfaccel.errors import DeviceConfigError
+
+__all__ = [
+    "GPU",
+    "DeviceConfig",
+    "DeviceConfigError",
+    "configure",
+    "describe",
+    "list_gpus",
+    "strategy",
+]
 
 STRATEGY_KINDS = ("auto", "default", "one_device", "mirrored", "multi_worker")
 """The kinds `strategy(kind)` accepts."""

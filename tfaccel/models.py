@@ -19,6 +19,8 @@ from keras import layers
 
 from tfaccel.blocks import BottleneckBlock, InceptionBlock, ResidualBlock, _positive_int
 
+__all__ = ["googlenet", "mlp", "resnet"]
+
 # depth → (block kind, blocks per stage), as in He et al. 2015, table 1.
 RESNET_STAGES = {
     18: ("basic", (2, 2, 2, 2)),

@@ -31,6 +31,17 @@ import keras
 
 from tfaccel import devices
 
+__all__ = [
+    "Choice",
+    "apply",
+    "candidates",
+    "choose",
+    "needs_loss_scaling",
+    "resolve",
+    "scope",
+    "wrap_optimizer",
+]
+
 POLICIES = ("float32", "mixed_float16", "mixed_bfloat16", "float16", "bfloat16", "float64")
 """The Keras dtype policy names `apply` accepts (besides "auto")."""
 MIN_GAIN = 1.05  # another policy must be this much faster than float32 to be chosen

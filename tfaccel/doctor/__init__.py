@@ -8,23 +8,12 @@ Example:
 The live counterpart is `tfaccel.callbacks.Bottleneck` (shares of each epoch's time).
 """
 
-from tfaccel.doctor.diagnose import DEFAULT_BUDGET_S, EPOCH_SHARE, diagnose
+from tfaccel.doctor.diagnose import diagnose
 from tfaccel.doctor.peak import matmul_peak, training_flops_per_example
 from tfaccel.doctor.report import Report
-from tfaccel.doctor.verdict import (
-    COMMUNICATION_TARGET,
-    MEMORY_FULL,
-    NEAR_PEAK,
-    Fix,
-    Measured,
-)
+from tfaccel.doctor.verdict import Fix, Measured
 
 __all__ = [
-    "COMMUNICATION_TARGET",
-    "DEFAULT_BUDGET_S",
-    "EPOCH_SHARE",
-    "MEMORY_FULL",
-    "NEAR_PEAK",
     "Fix",
     "Measured",
     "Report",
