@@ -2,18 +2,16 @@
 
 from __future__ import annotations
 
-import os
 import statistics
 import time
 
 import keras
-import psutil
 import tensorflow as tf
 
-from tfaccel import devices, precision
+from tfaccel import precision
 from tfaccel.data.feed import Feed
 from tfaccel.data.plan import graph_stages, missing
-from tfaccel.doctor import measure, peak, variants
+from tfaccel.doctor import machine, measure, peak, variants
 from tfaccel.doctor import verdict as rules
 from tfaccel.doctor.report import Report
 from tfaccel.doctor.snapshot import Snapshot
@@ -187,7 +185,7 @@ INPUT_LIMITED = 0.1  # the real step waits this share of its time or more: input
 def _measure(job: _Job, feed: Feed, batch, began, budget_s, rounds):
     runner, strategy = job.runner, job.runner.strategy
     k = runner.batches_per_step
-    gpus = _gpus(strategy)
+    gpus = machine.gpus(strategy)
     for gpu in gpus:
         tf.config.experimental.reset_memory_stats(gpu)
     real = adopt(iter(feed.repeated().distribute(endless=True)))
@@ -289,12 +287,12 @@ def _measure(job: _Job, feed: Feed, batch, began, budget_s, rounds):
         real_wait_s=statistics.median(waits) if waits else None,
         all_reduce_s=all_reduce,
         gradient_mb=measure.gradient_bytes(model) / MB,
-        cores=_cores(),
+        cores=machine.cores(),
         pipeline=graph_stages(sample),
-        memory=_memory(gpus, model, runner.optimizer),
+        memory=machine.memory(gpus, model, runner.optimizer),
         dtype_policy=model.dtype_policy.name,
         jit_compile=bool(runner.jit_compile),
-        gpu_capability=_capability(gpus),
+        gpu_capability=machine.capability(gpus),
         input_startup_s=startup_s,
     )
     if matmul is not None:
@@ -406,77 +404,6 @@ def _fit(ones: list[float], longs: list[float], n: int) -> tuple[float, float]:
 def _epoch_steps(feed: Feed, accumulate: int) -> int | None:
     cardinality = feed.steps
     return cardinality // accumulate if cardinality > 0 else None
-
-
-def _gpus(strategy) -> list[str]:
-    try:
-        names = list(strategy.extended.worker_devices)
-    except (RuntimeError, AttributeError):
-        names = [d.name for d in tf.config.list_logical_devices()[:1]]
-    out = []
-    for name in names:
-        spec = tf.DeviceSpec.from_string(name)
-        if (spec.device_type or "").upper() == "GPU":
-            out.append(f"GPU:{spec.device_index or 0}")
-    return out
-
-
-def _capability(gpus: list[str]) -> tuple | None:
-    if not gpus:
-        return None
-    for gpu in devices.list_gpus():
-        if f"GPU:{gpu.index}" == gpus[0]:
-            return tuple(gpu.compute_capability or ()) or None
-    return None
-
-
-def _cores() -> int:
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # not Linux
-        return os.cpu_count() or 1
-
-
-def _variable_mb(*groups) -> float:
-    total = 0
-    for group in groups:
-        for v in group:
-            total += int(tf.TensorShape(v.shape).num_elements() or 0) * tf.as_dtype(v.dtype).size
-    return total / MB
-
-
-def _memory(gpus: list[str], model, optimizer) -> dict:
-    fixed = _variable_mb(model.variables, optimizer.variables)
-    if gpus:
-        peaks = [tf.config.experimental.get_memory_info(g)["peak"] / MB for g in gpus]
-        capacity = None
-        for gpu in devices.list_gpus():
-            if f"GPU:{gpu.index}" == gpus[0] and gpu.memory_mb:
-                capacity = float(gpu.memory_mb)
-        return {
-            "peak_mb": max(peaks),
-            "capacity_mb": capacity,
-            "what": f"{gpus[0]}'s memory",
-            "fixed_mb": fixed,
-        }
-    high_water = _rss_high_water_mb() or psutil.Process().memory_info().rss / MB
-    return {
-        "peak_mb": high_water,
-        "capacity_mb": psutil.virtual_memory().total / MB,
-        "what": "the host's RAM: this process's peak resident memory (CPU)",
-        "fixed_mb": fixed,
-    }
-
-
-def _rss_high_water_mb() -> float | None:
-    try:
-        with open("/proc/self/status") as status:
-            for line in status:
-                if line.startswith("VmHWM:"):
-                    return float(line.split()[1]) / 1024.0
-    except OSError:
-        return None
-    return None
 
 
 def _notes(m: rules.Measured, strategy, job: _Job) -> list[str]:
