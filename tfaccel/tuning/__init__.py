@@ -1,4 +1,4 @@
-"""Batch-size tuning: what fits, what is fastest, and keras-tuner over batch size and rate.
+"""Batch-size and learning-rate tuning: what fits, what is fastest, the rate to train at.
 
 `find_batch_size` probes candidate batches (memory, examples/s) and reports the
 largest that fits and the throughput knee; `BatchSizeHyperModel` lets keras-tuner
@@ -7,9 +7,13 @@ applies the scaling rule on its own, `rule_for` picks it from the optimizer;
 `gradient_noise_scale` estimates the critical batch (McCandlish et al. 2018);
 `recommend` turns a report into the batch and learning rate to train a job with, and
 `before_probing` makes that choice when the data alone decides (no probe worth running).
+`find_learning_rate` runs a learning-rate range test (`LRRangeTest`) and suggests a
+rate, or says why its curve cannot (`LearningRateReport`).
 """
 
 from tfaccel.tuning.hypermodel import BatchSizeHyperModel
+from tfaccel.tuning.lr_finder import LRRangeTest, find_learning_rate
+from tfaccel.tuning.lr_report import LearningRateReport
 from tfaccel.tuning.noise import NoiseScale, gradient_noise_scale
 from tfaccel.tuning.oom import is_out_of_memory, release_memory
 from tfaccel.tuning.recommend import Recommendation, before_probing, recommend
@@ -20,12 +24,15 @@ from tfaccel.tuning.search import NoBatchSizeFitsError, find_batch_size
 __all__ = [
     "BatchSizeHyperModel",
     "BatchSizeReport",
+    "LRRangeTest",
+    "LearningRateReport",
     "NoBatchSizeFitsError",
     "NoiseScale",
     "ProbeRow",
     "Recommendation",
     "before_probing",
     "find_batch_size",
+    "find_learning_rate",
     "gradient_noise_scale",
     "is_out_of_memory",
     "recommend",

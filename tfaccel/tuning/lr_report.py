@@ -1,0 +1,99 @@
+"""The result of a learning-rate range test: the curve, the suggestion or why there is none."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+
+
+@dataclasses.dataclass
+class LearningRateReport:
+    """What `find_learning_rate` measured and suggests.
+
+    Attributes:
+        suggestion: the rate to train at (the base rate of a schedule), or None.
+        reason: why that rate, or why none (flat, too noisy, diverged at once).
+        rates: the rate of each recorded point (one per step, or per loop of steps).
+        losses: the training loss of each point.
+        smoothed: the running-median loss the rule read (finite part of the curve).
+        minimum_rate: the rate at the smoothed minimum (None when unread).
+        steepest_rate: what the steepest-descent rule (Lightning's kind) reads from the
+            same curve, for comparison; None when the curve is too short.
+        noise: the robust noise of one loss.
+        stopped: why the ramp ended: "end of ramp", "diverged", "budget" or "data".
+        steps: training steps the test ran.
+        seconds: its wall time.
+        schedule: the optimizer's schedule class when it has one (the rates are then its
+            base rate), else None.
+    """
+
+    suggestion: float | None
+    reason: str
+    rates: list[float]
+    losses: list[float]
+    smoothed: list[float]
+    minimum_rate: float | None
+    steepest_rate: float | None
+    noise: float | None
+    stopped: str
+    steps: int
+    seconds: float
+    schedule: str | None = None
+
+    def to_dict(self) -> dict:
+        """The report as a dict of JSON-ready values (non-finite losses become None)."""
+        out = dataclasses.asdict(self)
+        for key in ("losses", "smoothed"):
+            out[key] = [v if math.isfinite(v) else None for v in out[key]]
+        return out
+
+    def __str__(self) -> str:
+        rate = "none" if self.suggestion is None else f"{self.suggestion:.3g}"
+        base = f" (the base rate of {self.schedule})" if self.schedule else ""
+        return (
+            f"learning rate: {rate}{base}; {self.reason}. {self.steps} steps over rates "
+            f"{self.rates[0]:.3g}..{self.rates[-1]:.3g} ({self.stopped}), {self.seconds:.1f} s."
+            if self.rates
+            else f"learning rate: {rate}; {self.reason}."
+        )
+
+    def plot(self, path: str | os.PathLike | None = None, ax=None):
+        """Draws the loss against the rate (log axis), the smoothed curve and the picks.
+
+        Args:
+            path: save the figure here (PNG or any format matplotlib knows).
+            ax: draw on this matplotlib axis instead of a new figure.
+
+        Returns:
+            The matplotlib axis.
+        """
+        import matplotlib
+
+        if ax is None and path is not None:
+            matplotlib.use("Agg", force=False)
+        import matplotlib.pyplot as plt
+
+        if ax is None:
+            _, ax = plt.subplots(figsize=(6, 4))
+        ax.plot(self.rates, self.losses, ".", color="0.6", label="loss per step")
+        n = len(self.smoothed)
+        if n:
+            ax.plot(self.rates[:n], self.smoothed, "-", color="C0", label="running median")
+        if self.steepest_rate is not None:
+            ax.axvline(self.steepest_rate, color="C1", ls=":", label="steepest descent")
+        if self.suggestion is not None:
+            ax.axvline(self.suggestion, color="C3", label=f"suggested {self.suggestion:.3g}")
+        ax.set_xscale("log")
+        ax.set_xlabel("learning rate" + (f" (base of {self.schedule})" if self.schedule else ""))
+        ax.set_ylabel("training loss")
+        finite = [v for v in self.smoothed if math.isfinite(v)]
+        if finite:  # the divergence's tail would hide the descent
+            low, high = min(finite), max(finite)
+            ax.set_ylim(low - 0.1 * (high - low + 1e-12), high + 0.5 * (high - low + 1e-12))
+        title = "no suggestion: " + self.reason.split(":")[0] if self.suggestion is None else ""
+        ax.set_title(title)
+        ax.legend(fontsize="small")
+        if path is not None:
+            ax.figure.savefig(os.fspath(path), dpi=100, bbox_inches="tight")
+        return ax
