@@ -2,7 +2,8 @@
 
 shard (several input pipelines) → preprocess (parallel map) → cache → augment
 (training) → shuffle (training, reshuffled each epoch) → repeat → batch →
-batch_map (vectorised) → prefetch(AUTOTUNE).
+batch_map (vectorised) → prefetch(AUTOTUNE). Each stage is a function of
+`tfaccel.data.stages`; a build returns what it knows once, as a `Built`.
 
 Example:
     >>> ds = pipeline(from_arrays(x, y), batch_size=64, training=True,
@@ -13,41 +14,49 @@ Example:
 from __future__ import annotations
 
 import dataclasses
-import inspect
-import operator
 import os
 from collections.abc import Callable
-from typing import Any
 
 import tensorflow as tf
 
-from tfaccel.data import augment_seeds, fingerprint, finite, partial, sizing
+from tfaccel.data import augment_seeds, partial, sizing, stages
 from tfaccel.data import cache as cache_lib
-from tfaccel.data.elements import AUTOTUNE, is_pair, require_pair
 from tfaccel.data.plan import Plan, attach
-from tfaccel.data.source_info import source_info
+
+INFINITE = int(tf.data.INFINITE_CARDINALITY)
+UNKNOWN = int(tf.data.UNKNOWN_CARDINALITY)
+_BUILT_ATTR = "_tfaccel_built"
 
 Source = tf.data.Dataset | Callable[[tf.distribute.InputContext | None], tf.data.Dataset]
+_Config = stages.Config
 
 
 @dataclasses.dataclass(frozen=True)
-class _Config:
-    source: Any
-    batch_size: int
-    training: bool
-    preprocess: Callable | None
-    augment: Callable | None
-    cache: str | None
-    shuffle_buffer: int | str | None
-    shuffle_budget_mb: float
-    seed: int | None
-    deterministic: bool
-    repeat: bool | int
-    drop_remainder: bool
-    batch_map: Callable | None
-    replicas: int
-    check_finite: bool = False
-    cache_mismatch: str = "rebuild"
+class Built:
+    """One build of a pipeline for one input pipeline, and what the build knows.
+
+    Attributes:
+        dataset: the dataset (`DatasetFn.__call__`'s result, plan attached).
+        plan: its plan.
+        steps: batches of one pass of this input pipeline as the distributed iterator
+            steps through them: the batched dataset's cardinality before the split over
+            replicas (batches of `batch * pieces`), padding included;
+            `tf.data.INFINITE_CARDINALITY` (-1) when repeated for ever,
+            `tf.data.UNKNOWN_CARDINALITY` (-2) when unknown.
+        examples: examples of the whole data entering `batch`, over all input pipelines
+            (one pipeline: the cardinality right before `batch`; several: the source's
+            element count that the padding evens, times a finite `repeat`); None when
+            unknown or infinite.
+        probe: per-replica batches of the stream before the cache, augment and shuffle
+            (the elements' real structure), for value checks such as the labels': reading
+            it does not advance the shuffle's seed generator, so the training order stays.
+    """
+
+    dataset: tf.data.Dataset
+    plan: Plan
+    steps: int
+    examples: int | None
+    probe: tf.data.Dataset
 
 
 class DatasetFn:
@@ -72,8 +81,24 @@ class DatasetFn:
         self.training = config.training
 
     def __call__(self, input_context: tf.distribute.InputContext) -> tf.data.Dataset:
-        dataset, plan = _build(self._config, input_context)
-        return attach(dataset, plan)
+        return self.build(input_context).dataset
+
+    def build(self, input_context: tf.distribute.InputContext | None) -> Built:
+        """Builds the dataset of `input_context`'s input pipeline once, with what the
+        build knows (None: one pipeline of global batches, as without a strategy)."""
+        return _build(self._config, input_context)
+
+    def input_context(self) -> tf.distribute.InputContext:
+        """The context the strategy passes for this worker's input pipeline."""
+        extended = self.strategy.extended
+        workers = int(getattr(extended, "_num_workers", 1) or 1)
+        multi_worker = isinstance(self.strategy, tf.distribute.MultiWorkerMirroredStrategy)
+        index = int(getattr(extended, "_id_in_cluster", 0) or 0) if multi_worker else 0
+        return tf.distribute.InputContext(
+            num_input_pipelines=workers,
+            input_pipeline_id=index,
+            num_replicas_in_sync=self._config.replicas,
+        )
 
     def distribute(self) -> tf.distribute.DistributedDataset:
         """Returns `strategy.distribute_datasets_from_function(self)`."""
@@ -87,7 +112,7 @@ class DatasetFn:
             input_pipeline_id=0,
             num_replicas_in_sync=self._config.replicas,
         )
-        return _build(self._config, context)[1]
+        return _build(self._config, context).plan
 
     def __repr__(self) -> str:
         return (
@@ -222,7 +247,7 @@ def pipeline(
     if drop_remainder is None:  # kept unless XLA, or workers' shards that cannot be evened
         uneven = multi_worker and not partial.can_even_shards(source)
         drop_remainder = bool(training and (jit_compile or uneven))
-    config = _Config(
+    config = stages.Config(
         source=source,
         batch_size=batch_size,
         training=bool(training),
@@ -231,7 +256,7 @@ def pipeline(
         cache=cache_lib.check_cache(cache),
         shuffle_buffer=shuffle_buffer if training else None,
         shuffle_budget_mb=shuffle_budget_mb,
-        seed=_check_seed(seed),
+        seed=stages.check_seed(seed),
         deterministic=(seed is not None or not training)
         if deterministic is None
         else deterministic,
@@ -246,266 +271,53 @@ def pipeline(
         fn = DatasetFn(config, strategy)
         fn.plan()  # builds pipeline 0 once so that bad input fails here, not in the Trainer
         return fn
-    dataset, plan = _build(config, None)
-    return attach(dataset, plan)
+    built = _build(config, None)
+    # Without the dataset itself: a cycle would keep a file cache owned until collected.
+    setattr(built.dataset, _BUILT_ATTR, dataclasses.replace(built, dataset=None))
+    return built.dataset
 
 
-def _check_seed(seed) -> int | None:
-    """The seed as an int in [0, 2**63), or None; raises ValueError for anything else."""
-    if seed is None:
-        return None
-    try:
-        number = None if isinstance(seed, bool) else operator.index(seed)
-    except TypeError:
-        number = None
-    if number is None or not 0 <= number < 2**63:
-        raise ValueError(
-            f"seed must be None or an integer in [0, 2**63), got {seed!r}. Pass e.g. seed=0 "
-            "(a fixed shuffle order), or seed=None for a new order each run."
-        )
-    return number
-
-
-def _name(fn: Callable) -> str:
-    return getattr(fn, "__name__", type(fn).__name__)
-
-
-def _check_arity(fn: Callable, element_spec: Any, what: str) -> None:
-    """Raises TypeError when `fn` cannot take the element's components as arguments.
-
-    `Dataset.map` unpacks a tuple element into positional arguments, so a pair
-    calls `fn(features, label)` and anything else calls `fn(element)`.
-    """
-    count = len(element_spec) if isinstance(element_spec, tuple) else 1
-    try:
-        signature = inspect.signature(fn)
-    except (TypeError, ValueError):  # builtins and some C callables have none
-        return
-    try:
-        signature.bind(*range(count))
-    except TypeError:
-        names = ", ".join(["features", "label", "sample_weight"][:count]) if count <= 3 else "..."
-        structure = (
-            f"a tuple of {count} ({names})" if isinstance(element_spec, tuple) else "one value"
-        )
-        raise TypeError(
-            f"{what}={_name(fn)}{signature} cannot be called with this dataset's elements: "
-            f"each element is {structure}: {element_spec}, and Dataset.map passes it as "
-            f"{count} positional argument(s). Define it as `def {_name(fn)}({names}): ...` "
-            f"returning the same structure."
-        ) from None
-
-
-def _map(dataset: tf.data.Dataset, fn: Callable, config: _Config, what: str) -> tf.data.Dataset:
-    was_pair = is_pair(dataset.element_spec)
-    _check_arity(fn, dataset.element_spec, what)
-    mapped = dataset.map(fn, num_parallel_calls=AUTOTUNE, deterministic=config.deterministic)
-    if was_pair:
-        require_pair(mapped.element_spec, f"the output of {what}={_name(fn)}")
-    return mapped
-
-
-def _resume_note(config: _Config, stateless: bool) -> str:
-    """What a resumed training run reproduces exactly (shown by `explain`)."""
-    if config.seed is None:
-        return (
-            "resume: exact only for the data order (restored from the checkpoint's iterator); "
-            "without a seed the shuffle and augmentations of a resumed run differ. Pass seed=N "
-            "for an exact resume."
-        )
-    if config.augment is not None and not stateless:
-        return (
-            f"resume: exact only for the data order: augment={_name(config.augment)} uses "
-            "stateful random ops. Give it a seed argument and use tf.random.stateless_* / "
-            "tf.image.stateless_random_* ops for bit-exact augmentations on resume."
-        )
-    if stateless and config.shuffle_buffer is None:
-        return (
-            "resume: exact when skipped ahead (the Trainer on several replicas); "
-            "augmentations from stateless ops seeded by (seed, epoch, element index). "
-            "Unshuffled, the epoch key comes from a small reshuffled draw that a restored "
-            "iterator checkpoint (the Trainer on one device) may not replay: shuffle, even "
-            "with a small buffer, for bit-exact augmentations."
-        )
-    return (
-        "resume: exact (seeded shuffle"
-        + (
-            "; augmentations from stateless ops seeded by (seed, epoch, element index)"
-            if stateless
-            else ""
-        )
-        + ")"
-    )
+def built_of(dataset: tf.data.Dataset) -> Built | None:
+    """The `Built` of a one-replica `pipeline(...)` result (the same dataset), or None for
+    any other dataset (a `DatasetFn` builds one per call of `DatasetFn.build`)."""
+    known = getattr(dataset, _BUILT_ATTR, None)
+    return None if known is None else dataclasses.replace(known, dataset=dataset)
 
 
 @augment_seeds.own_seed
-def _build(config: _Config, context: tf.distribute.InputContext | None):
-    pipelines = context.num_input_pipelines if context is not None else 1
-    index = context.input_pipeline_id if context is not None else 0
-    batch = (
-        context.get_per_replica_batch_size(config.batch_size)
-        if context is not None
-        else config.batch_size
+def _build(config: stages.Config, context: tf.distribute.InputContext | None) -> Built:
+    """Runs the stages in order; returns the dataset (plan attached) and what it knows."""
+    stream = stages.start(config, context)
+    for stage in stages.STAGES:
+        stream = stage(stream)
+    return Built(
+        dataset=attach(stream.dataset, stream.plan),
+        plan=stream.plan,
+        steps=_steps(stream),
+        examples=_examples(stream),
+        probe=_probe(stream),
     )
-    title = (
-        f"tfaccel.data pipeline: {'training' if config.training else 'evaluation'}, "
-        f"global batch {config.batch_size} over {config.replicas} replica(s)"
-        + (f", per-replica batch {batch}" if context is not None else "")
-        + (f", input pipeline {index} of {pipelines}" if pipelines > 1 else "")
-    )
-    plan = Plan(title)
 
-    self_sharding = not isinstance(config.source, tf.data.Dataset)
-    dataset = config.source(context) if self_sharding else config.source
-    source = dataset
-    if not isinstance(dataset, tf.data.Dataset):
-        raise TypeError(f"the source function returned {type(dataset).__name__}, not a Dataset.")
-    info = source_info(dataset)
-    plan.add("source", kind=info.kind if info else "dataset", **(info.details if info else {}))
 
-    if pipelines > 1:
-        if self_sharding:
-            plan.add(
-                "shard", by="source function (input_context)", pipeline=f"{index} of {pipelines}"
-            )
-        elif info and info.raw is not None and (info.count or 0) >= pipelines:
-            dataset = info.finish(info.raw.shard(pipelines, index))
-            plan.add("shard", by=info.units, pipeline=f"{index} of {pipelines}", before="decoding")
-        else:
-            dataset = dataset.shard(pipelines, index)
-            plan.add("shard", by="elements", pipeline=f"{index} of {pipelines}")
-    if config.training:
-        require_pair(dataset.element_spec, "pipeline(training=True)")
+def _steps(stream: stages.Stream) -> int:
+    """Batches of one pass (of `batch * pieces`), padding included."""
+    count = int(stream.batched.cardinality())
+    return count + stream.padding if count >= 0 else count
 
-    if config.check_finite:
-        was_pair = is_pair(dataset.element_spec)
-        where = "the source" + (
-            f" (input pipeline {index} of {pipelines})" if pipelines > 1 else ""
-        )
-        dataset = finite.checked(
-            dataset, config.preprocess, deterministic=config.deterministic, where=where
-        )
-        if config.preprocess is not None:
-            if was_pair:
-                require_pair(
-                    dataset.element_spec, f"the output of preprocess={_name(config.preprocess)}"
-                )
-            plan.add("preprocess", fn=_name(config.preprocess), parallel="AUTOTUNE")
-        plan.add(
-            "check_finite",
-            what="features and labels",
-            cost="one is_finite pass per element, before the cache",
-        )
-    elif config.preprocess is not None:
-        dataset = _map(dataset, config.preprocess, config, "preprocess")
-        plan.add("preprocess", fn=_name(config.preprocess), parallel="AUTOTUNE")
-    uncached = dataset
-    if config.cache == "memory":
-        dataset = dataset.cache()
-        plan.add("cache", to="memory")
-    elif config.cache is not None:
-        path = config.cache if pipelines == 1 else f"{config.cache}-pipeline{index}of{pipelines}"
-        record = cache_lib.record_of(
-            str(fingerprint.of_dataset(source)),
-            fingerprint.element_spec_text(dataset),
-            fingerprint.function_identity(config.preprocess),
-        )
-        dataset, where = cache_lib.cache_to_file(dataset, path, record, config.cache_mismatch)
-        plan.add("cache", to=where)
 
-    stateless = config.augment is not None and augment_seeds.takes_seed(config.augment)
-    if stateless:  # indexed here, augmented after the shuffle (see augment_seeds)
-        dataset = dataset.enumerate()
-    elif config.augment is not None:
-        dataset = _map(dataset, config.augment, config, "augment")
-        plan.add(
-            "augment",
-            fn=_name(config.augment),
-            parallel="AUTOTUNE",
-            after="cache",
-            random="stateful",
-        )
-    if config.training:
-        plan.notes.append(_resume_note(config, stateless))
+def _examples(stream: stages.Stream) -> int | None:
+    """Examples of the whole data entering `batch`, or None."""
+    if stream.pipelines == 1:
+        count = int(stream.before_batch.cardinality())
+        return count if count >= 0 else None
+    count = stages.by_element_count(stream)
+    times = stream.config.repeat
+    if count is None or count < 0 or times is True:
+        return None
+    return count * (times or 1)
 
-    if config.shuffle_buffer is not None:
-        element_bytes = sizing.static_element_bytes(dataset.element_spec)
-        if element_bytes is None:  # measure one element, without touching the cache
-            unaugmented = config.augment is None or stateless  # stateless: after the shuffle
-            sample = uncached if unaugmented else uncached.map(config.augment)
-            element_bytes = sizing.measured_element_bytes(sample) or sizing.UNKNOWN_ELEMENT_BYTES
-        size, reason = sizing.shuffle_buffer_size(
-            config.shuffle_buffer,
-            element_bytes=element_bytes,
-            cardinality=sizing.known_cardinality(dataset),
-            budget_mb=config.shuffle_budget_mb,
-        )
-        dataset = dataset.shuffle(size, seed=config.seed, reshuffle_each_iteration=True)
-        plan.add("shuffle", buffer=size, sizing=reason, seed=config.seed, reshuffle_each_epoch=True)
 
-    if stateless:
-        was_pair = is_pair(dataset.element_spec[1])
-        dataset = augment_seeds.seeded_augment(
-            dataset,
-            config.augment,
-            seed=augment_seeds.base_seed(config.seed),
-            shuffled=config.shuffle_buffer is not None,
-            pipelines=pipelines,
-            index=index,
-            deterministic=config.deterministic,
-        )
-        if was_pair:
-            require_pair(dataset.element_spec, f"the output of augment={_name(config.augment)}")
-        plan.add(
-            "augment",
-            fn=_name(config.augment),
-            parallel="AUTOTUNE",
-            after="cache and shuffle",
-            random="stateless, seeded by (seed, epoch, element index)",
-        )
-
-    if config.repeat is True:
-        dataset = dataset.repeat()
-        plan.add("repeat", times="forever")
-    elif config.repeat:
-        dataset = dataset.repeat(config.repeat)
-        plan.add("repeat", times=config.repeat)
-
-    # Replicas this pipeline feeds: its batches of one step are cut from one batch, so
-    # that a partial last batch fills the step (see tfaccel.data.partial).
-    pieces = 1
-    if context is not None and not config.drop_remainder:
-        pieces = max(context.num_replicas_in_sync // max(pipelines, 1), 1)
-    dataset = dataset.batch(
-        batch * pieces,
-        drop_remainder=config.drop_remainder,
-        num_parallel_calls=AUTOTUNE,
-        deterministic=config.deterministic,
-    )
-    plan.add("batch", size=batch, drop_remainder=config.drop_remainder)
-    if pieces > 1:
-        dataset = partial.split(dataset, pieces)
-        plan.notes.append(
-            f"batch: {pieces} replicas' batches are cut from one batch of {batch * pieces}, "
-            f"so the partial last batch is shared by the {pieces} replicas of its step"
-        )
-    if config.batch_map is not None:
-        dataset = _map(dataset, config.batch_map, config, "batch_map")
-        plan.add("batch_map", fn=_name(config.batch_map), parallel="AUTOTUNE")
-    by_element = not self_sharding and (info is None or info.raw is None)
-    if pipelines > 1 and config.training and not config.drop_remainder and by_element:
-        count = int(source.cardinality()) if info is None or info.count is None else info.count
-        empty = partial.shard_padding(count, pipelines, index, batch * pieces) if count >= 0 else 0
-        if empty:
-            dataset = partial.pad(dataset, empty * pieces)
-            plan.add("pad", empty_batches=empty, why="this shard has one batch fewer than others")
-    dataset = dataset.prefetch(AUTOTUNE)
-    plan.add("prefetch", buffer="AUTOTUNE")
-
-    options = tf.data.Options()
-    options.deterministic = config.deterministic
-    if context is not None:  # distribute_datasets_from_function: this function shards
-        options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.OFF
-    dataset = dataset.with_options(options)
-    plan.add("options", deterministic=config.deterministic)
-    return dataset, plan
+def _probe(stream: stages.Stream) -> tf.data.Dataset:
+    """Per-replica batches read before the cache and the shuffle (see `Built.probe`)."""
+    probe = stream.uncached.batch(stream.batch, drop_remainder=stream.config.drop_remainder)
+    return probe.with_options(stages.dataset_options(stream))
