@@ -85,6 +85,8 @@ class Bottleneck(keras.callbacks.Callback):
         ValueError: a threshold outside (0, 1), or a `log_dir` that is not a string/path.
     """
 
+    loop_batches_ok = True  # its batch hooks count a loop's steps: no n = 1 needed
+
     def __init__(
         self,
         input_threshold: float = 0.2,

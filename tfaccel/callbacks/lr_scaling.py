@@ -40,6 +40,8 @@ class LinearScalingWarmup(keras.callbacks.Callback):
             schedule or callable.
     """
 
+    loop_batches_ok = True  # its batch hooks count a loop's steps: no n = 1 needed
+
     def __init__(
         self,
         base_lr: float,

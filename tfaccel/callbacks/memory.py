@@ -29,6 +29,8 @@ class DeviceMemory(keras.callbacks.Callback):
             training) a named GPU that does not exist.
     """
 
+    loop_batches_ok = True  # its batch hooks count a loop's steps: no n = 1 needed
+
     _warned_no_gpu = False
 
     def __init__(self, devices="all", every: int | None = None):

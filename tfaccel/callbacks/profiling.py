@@ -32,6 +32,8 @@ class ProfileSteps(keras.callbacks.Callback):
         NotADirectoryError: `logdir` (or a folder above it) is an existing file.
     """
 
+    loop_batches_ok = True  # its batch hooks count a loop's steps: no n = 1 needed
+
     def __init__(self, logdir, start_step: int, stop_step: int):
         super().__init__()
         if not logdir or not isinstance(logdir, (str, os.PathLike)):

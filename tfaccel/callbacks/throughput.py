@@ -66,6 +66,8 @@ class Throughput(keras.callbacks.Callback):
         ValueError: non-positive `batch_size` or `window`, negative `warmup_steps`.
     """
 
+    loop_batches_ok = True  # its batch hooks count a loop's steps: no n = 1 needed
+
     def __init__(self, batch_size=None, warmup_steps: int = 5, window: int = 50, verbose=1):
         super().__init__()
         self.batch_size = positive_int("batch_size", batch_size, allow_none=True)

@@ -14,6 +14,16 @@ while calls of 10–100 steps paid 4–5 ms, so aiming at 2 % landed at 0.96 of 
 The cap: a call lasts at most `CALLBACK_INTERVAL_S` (batch callbacks stay timely).
 `FitLoop` then clips every call to the epoch's end and to checkpoint boundaries. Which steps run in
 which call never changes the numbers: a loop runs the same steps one after another.
+
+Per-batch callbacks. Batch hooks fire once per call, so under "auto" a callback written
+for one step per batch hook (a rate changed each batch, `stop_training` set at a batch)
+would silently see one hook per loop. `LoopSizer.honour_callbacks` caps a fit's loops at
+one step when a user's callback overrides a batch hook (`on_train_batch_begin/end`,
+`on_batch_begin/end`), unless it says it handles loops (`loop_batches_ok = True`, as
+tfaccel's own callbacks do) or is a Keras callback that only acts per epoch as
+configured (`History`, `ProgbarLogger`; `ModelCheckpoint`, `BackupAndRestore` saving per
+epoch; `TensorBoard` logging per epoch). A fixed `steps_per_loop` is the user's choice
+and is kept.
 """
 
 from __future__ import annotations
@@ -21,12 +31,15 @@ from __future__ import annotations
 import math
 import statistics
 
+import keras
+
 OVERHEAD_TARGET = 0.02  # host overhead as a fraction of a call's time: the promise
 AIM = OVERHEAD_TARGET / 4  # what the measured overhead is held to: a margin for its error
 CALLBACK_INTERVAL_S = 2.0  # a call (and so a batch callback) at least this often
 PROBE_CALL_S = 0.1  # the larger probe's call lasts about this long
 REPEATS = 5  # timed calls at each probe size (the fastest counts: noise only slows down)
 PROBE_MIN, PROBE_MAX = 2, 256
+BATCH_HOOKS = ("on_train_batch_begin", "on_train_batch_end", "on_batch_begin", "on_batch_end")
 
 
 def resolve_steps_per_loop(value):
@@ -43,6 +56,31 @@ def resolve_steps_per_loop(value):
             f"per call that keep the host overhead under {OVERHEAD_TARGET:.0%}), got {value!r}."
         )
     return value
+
+
+def _per_epoch_as_configured(callback) -> bool:
+    """A Keras callback with batch hooks that, as configured, acts only at epoch ends."""
+    cbs = keras.callbacks
+    if isinstance(callback, cbs.History | cbs.ProgbarLogger):
+        return True
+    if isinstance(callback, cbs.ModelCheckpoint | cbs.BackupAndRestore):
+        return getattr(callback, "save_freq", None) == "epoch"
+    if isinstance(callback, cbs.TensorBoard):
+        return getattr(callback, "update_freq", None) == "epoch"
+    return False
+
+
+def needs_batches(callback) -> bool:
+    """True when `callback` relies on one batch hook per step (see the module's note)."""
+    if getattr(callback, "loop_batches_ok", False) or _per_epoch_as_configured(callback):
+        return False
+    base = keras.callbacks.Callback
+    for name in BATCH_HOOKS:
+        if name in vars(callback):  # a hook given to the instance (LambdaCallback)
+            return True
+        if getattr(type(callback), name, None) is not getattr(base, name):
+            return True
+    return False
 
 
 def choose(overhead_s: float, step_s: float) -> int:
@@ -71,13 +109,34 @@ class LoopSizer:
         self._plan: list[int] = [1, 1]  # the warm-up call, then the first timed one
         self._samples: dict[int, list[float]] = {}
         self._calls = 0
+        self.capped: str | None = None  # this fit's one-step cap, as the table shows it
 
     @property
     def measuring(self) -> bool:
-        return self.chosen is None
+        return self.chosen is None and self.capped is None
+
+    def honour_callbacks(self, callbacks) -> str | None:
+        """Caps this fit's loops at one step when a callback needs per-batch hooks.
+
+        Call once per fit, before its first loop, with the user's callbacks (a list or
+        a `keras.callbacks.CallbackList`). Only "auto" is capped; while capped nothing
+        is measured (the measurement resumes at a later fit without such callbacks).
+
+        Returns:
+            The settings table's text, e.g. "1 (per-batch callbacks: LRRangeTest)", or
+            None when no cap applies.
+        """
+        callbacks = getattr(callbacks, "callbacks", callbacks) or []
+        names = list(dict.fromkeys(type(c).__name__ for c in callbacks if needs_batches(c)))
+        self.capped = None
+        if self.auto and names:
+            self.capped = f"1 (per-batch callbacks: {', '.join(names)})"
+        return self.capped
 
     def next(self) -> int:
         """Steps for the next call, before the outer loop's clipping."""
+        if self.capped is not None:
+            return 1
         if self.chosen is not None:
             return self.chosen
         return self._plan[0] if self._plan else 1
@@ -87,7 +146,7 @@ class LoopSizer:
 
         Returns True when this call completed the measurement (`chosen` is now set).
         """
-        if self.chosen is not None:
+        if self.chosen is not None or self.capped is not None:
             return False
         self._calls += 1
         if self._plan:
@@ -120,6 +179,8 @@ class LoopSizer:
         """The settings table's entry: the n in use and, for "auto", what was measured."""
         if not self.auto:
             return min(self.setting, steps_per_epoch or self.setting)
+        if self.capped is not None:
+            return self.capped
         if self.chosen is None:
             return "auto (measured over the first loops)"
         loop = self.overhead_s + self.chosen * self.step_s
