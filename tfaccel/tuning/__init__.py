@@ -1,7 +1,8 @@
 """Batch-size and learning-rate tuning: what fits, what is fastest, the rate to train at.
 
 `find_batch_size` probes candidate batches (memory, examples/s) and reports the
-largest that fits and the throughput knee; `BatchSizeHyperModel` lets keras-tuner
+batch to train with (the throughput knee and other limits); `largest_batch_size` asks
+memory alone; `BatchSizeHyperModel` lets keras-tuner
 search the batch size with the user's learning rate scaled to it; `scaled_learning_rate`
 applies the scaling rule on its own, `rule_for` picks it from the optimizer;
 `gradient_noise_scale` estimates the critical batch (McCandlish et al. 2018);
@@ -12,6 +13,7 @@ rate, or says why its curve cannot (`LearningRateReport`).
 """
 
 from tfaccel.tuning.hypermodel import BatchSizeHyperModel
+from tfaccel.tuning.largest import largest_batch_size
 from tfaccel.tuning.lr_finder import LRRangeTest, find_learning_rate
 from tfaccel.tuning.lr_report import LearningRateReport
 from tfaccel.tuning.noise import NoiseScale, gradient_noise_scale
@@ -35,6 +37,7 @@ __all__ = [
     "find_learning_rate",
     "gradient_noise_scale",
     "is_out_of_memory",
+    "largest_batch_size",
     "recommend",
     "release_memory",
     "resolve_lr_scaling",

@@ -7,6 +7,7 @@ import math
 import os
 
 REASONS = ("ok", "oom", "budget", "limit", "data", "steps per epoch", "time")
+UNTRIED = ("limit", "data", "steps per epoch", "time")  # reasons of candidates never run
 
 
 @dataclasses.dataclass(frozen=True)
@@ -48,6 +49,17 @@ class ProbeRow:
     def to_dict(self) -> dict:
         """The row as a dict."""
         return dataclasses.asdict(self)
+
+    @property
+    def tried(self) -> bool:
+        """False for a candidate the search never ran (above a limit, the data, the time)."""
+        return self.reason not in UNTRIED
+
+    def fits_text(self) -> str:
+        """The table's "fits" cell: "yes", "no", or "untried" for a candidate never run."""
+        if not self.tried:
+            return "untried"
+        return "yes" if self.fits else "no"
 
 
 def knee_batch_size(rows: list[ProbeRow], knee: float) -> int | None:
@@ -160,7 +172,7 @@ class BatchSizeReport:
             lines.append(
                 (
                     str(row.batch_size),
-                    "yes" if row.fits else "no",
+                    row.fits_text(),
                     _num(row.examples_per_second, 1),
                     _num(row.peak_memory_mb, 1),
                     _num(row.predicted_memory_mb, 1),
