@@ -11,41 +11,77 @@ from tfaccel.data import fingerprint
 from tfaccel.data.source_info import SourceInfo, attach_source
 
 
-def from_arrays(x: Any, y: Any = None) -> tf.data.Dataset:
+def from_arrays(x: Any, y: Any = None, sample_weight: Any = None) -> tf.data.Dataset:
     """Slices NumPy arrays or tensors into `(features, label)` elements.
 
     Args:
         x: an array, or a dict / tuple of arrays, sliced along the first axis.
         y: labels with the same first dimension, or None for features only.
+        sample_weight: one weight per example (shape (N,) or (N, 1)) or per label
+            element (the labels' shape), or None. Given, the elements are
+            `(x[i], y[i], sample_weight[i])`; `pipeline` carries the weight through
+            its stages beside each example (its functions still get `(features, label)`).
 
     Returns:
-        An unbatched dataset of `(x[i], y[i])` (or `x[i]` when `y` is None).
+        An unbatched dataset of `(x[i], y[i])` (or `x[i]` when `y` is None, or
+        `(x[i], y[i], sample_weight[i])` with weights).
 
     Raises:
         TypeError: `x` is None, or an array has dtype object and holds anything but
             strings (named, with the Python types it holds).
         ValueError: a scalar, a ragged (nested lists of unequal lengths) array,
-            or arrays that do not all have the same number of rows.
+            arrays that do not all have the same number of rows, weights without
+            labels or not one per example.
     """
     if x is None:
         raise TypeError(
             "from_arrays: x is None; expected the features as an array (or a dict / tuple "
             "of arrays) with one row per example, e.g. from_arrays(x_train, y_train)."
         )
-    lengths = {_rows(a, name) for name, a in _leaves(x, "x")}
-    if y is not None:
-        lengths |= {_rows(a, name) for name, a in _leaves(y, "y")}
+    parts = [("x", x), ("y", y), ("sample_weight", sample_weight)]
+    lengths = {
+        _rows(a, name)
+        for part, leaf in parts
+        if leaf is not None
+        for name, a in _leaves(leaf, part)
+    }
     if len(lengths) > 1:
-        raise ValueError(
-            f"from_arrays: x and y must have the same number of rows, got lengths "
-            f"{sorted(lengths)}. Pass one label per example."
+        names, per = (
+            ("x and y", "label")
+            if sample_weight is None
+            else ("x, y and sample_weight", "label and weight")
         )
-    dataset = tf.data.Dataset.from_tensor_slices(x if y is None else (x, y))
+        raise ValueError(
+            f"from_arrays: {names} must have the same number of rows, got lengths "
+            f"{sorted(lengths)}. Pass one {per} per example."
+        )
+    if sample_weight is not None:
+        _check_weights(x, y, sample_weight)
+        slices = (x, y, sample_weight)
+    else:
+        slices = x if y is None else (x, y)
+    dataset = tf.data.Dataset.from_tensor_slices(slices)
     count = lengths.pop() if lengths else None
-    digest = fingerprint.digest_arrays(x if y is None else (x, y))
+    digest = fingerprint.digest_arrays(slices)
     how = f"{count} rows' arrays (each over 8 MiB by evenly spaced rows)"
-    info = SourceInfo("arrays", {"elements": count}, count=count, identity=lambda: (digest, how))
+    details = {"elements": count} | ({"sample_weight": True} if sample_weight is not None else {})
+    info = SourceInfo("arrays", details, count=count, identity=lambda: (digest, how))
     return attach_source(dataset, info)
+
+
+def _check_weights(x: Any, y: Any, sample_weight: Any) -> None:
+    """Raises ValueError for weights without labels or not one per example."""
+    if y is None:
+        raise ValueError(
+            "from_arrays: sample_weight was given without labels y; weights go with "
+            "(x, y) examples: from_arrays(x, y, sample_weight=w)."
+        )
+    from tfaccel.train.array_inputs import check_sample_weight  # train imports data
+
+    try:
+        check_sample_weight(x, y, sample_weight)
+    except ValueError as error:
+        raise ValueError(f"from_arrays: {error}") from None
 
 
 def _leaves(structure: Any, name: str) -> list[tuple[str, Any]]:

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import tensorflow as tf
 
-from tfaccel.data.elements import is_pair
+from tfaccel.data.elements import is_pair, is_weighted
 
 
 def features_of(element):
-    """The features of an element: the first item of a `(features, label)` pair, else all."""
-    return element[0] if is_pair(element) else element
+    """The features of an element: the first item of a `(features, label)` pair or a
+    `(features, label, sample_weight)` triple, else all."""
+    return element[0] if is_pair(element) or is_weighted(element) else element
 
 
 def assert_finite(index, element, where: str):
@@ -20,8 +21,10 @@ def assert_finite(index, element, where: str):
             a feature or the label is not finite.
     """
     parts = [("feature", features_of(element))]
-    if is_pair(element):
+    if is_pair(element) or is_weighted(element):
         parts.append(("label", element[1]))
+    if is_weighted(element):
+        parts.append(("sample weight", element[2]))
     asserts = []
     for what, part in parts:
         floats = [t for t in tf.nest.flatten(part) if t.dtype.is_floating or t.dtype.is_complex]

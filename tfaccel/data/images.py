@@ -81,16 +81,7 @@ def from_image_folder(
             a split without `seed`, a split leaving a subset empty, a CSV without
             two columns, or a corrupt image without `skip_corrupt=True`.
     """
-    if (
-        not isinstance(image_size, (tuple, list))
-        or len(image_size) != 2
-        or not all(isinstance(s, int) and s > 0 for s in image_size)
-    ):
-        raise ValueError(
-            f"image_size must be (height, width) with positive ints, got {image_size!r}."
-        )
-    if channels not in (1, 3, 4):
-        raise ValueError(f"channels must be 1, 3 or 4, got {channels!r}.")
+    _check_shape(image_size, channels)
     _check_split(validation_split, subset, seed)
     if not os.path.isdir(path):
         raise FileNotFoundError(f"from_image_folder: {path!r} is not a folder.")
@@ -155,6 +146,20 @@ def from_image_folder(
     if subset == "validation":
         return make(validation, "validation"), class_names
     return (make(training, "training"), make(validation, "validation")), class_names
+
+
+def _check_shape(image_size, channels) -> None:
+    """Raises ValueError unless `image_size` is (height, width) and `channels` 1, 3 or 4."""
+    if (
+        not isinstance(image_size, (tuple, list))
+        or len(image_size) != 2
+        or not all(isinstance(s, int) and s > 0 for s in image_size)
+    ):
+        raise ValueError(
+            f"image_size must be (height, width) with positive ints, got {image_size!r}."
+        )
+    if channels not in (1, 3, 4):
+        raise ValueError(f"channels must be 1, 3 or 4, got {channels!r}.")
 
 
 def _check_split(validation_split, subset, seed) -> None:

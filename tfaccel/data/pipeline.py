@@ -40,9 +40,10 @@ class Built:
         plan: its plan.
         steps: batches of one pass of this input pipeline as the distributed iterator
             steps through them: the batched dataset's cardinality before the split over
-            replicas (batches of `batch * pieces`), padding included;
-            `tf.data.INFINITE_CARDINALITY` (-1) when repeated for ever,
-            `tf.data.UNKNOWN_CARDINALITY` (-2) when unknown.
+            replicas (batches of `batch * pieces`), padding included (with
+            `drop_remainder=True` on several replicas: its per-replica batches // the
+            replicas it feeds, full steps only); `tf.data.INFINITE_CARDINALITY` (-1)
+            when repeated for ever, `tf.data.UNKNOWN_CARDINALITY` (-2) when unknown.
         examples: examples of the whole data entering `batch`, over all input pipelines
             (one pipeline: the cardinality right before `batch`; several: the source's
             element count that the padding evens, times a finite `repeat`); None when
@@ -212,32 +213,9 @@ def pipeline(
             not `(features, label)` pairs, or `preprocess` / `augment` /
             `batch_map` does not take one argument per element component.
     """
-    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size <= 0:
-        raise ValueError(
-            f"batch_size must be a positive int (the global batch), got {batch_size!r}."
-        )
     replicas = int(strategy.num_replicas_in_sync) if strategy is not None else 1
-    if batch_size % replicas:
-        raise ValueError(
-            f"batch_size={batch_size} is the global batch and must divide evenly over the "
-            f"{replicas} replicas in sync; use a multiple of {replicas}, e.g. "
-            f"{batch_size + replicas - batch_size % replicas}."
-        )
-    if augment is not None and not training:
-        raise ValueError(
-            "augment was given with training=False: evaluation data must not be randomly "
-            "augmented. Drop augment= for this pipeline (put deterministic work in "
-            "preprocess=)."
-        )
-    if not isinstance(source, tf.data.Dataset) and not callable(source):
-        raise TypeError(
-            f"source must be a tf.data.Dataset or a function input_context -> Dataset, got "
-            f"{type(source).__name__}. Use tfaccel.data.from_arrays(x, y) for arrays."
-        )
-    if isinstance(repeat, bool) or repeat is None:
-        repeat = bool(repeat)
-    elif not isinstance(repeat, int) or repeat < 1:
-        raise ValueError(f"repeat must be True/False or a positive int, got {repeat!r}.")
+    _check_arguments(source, batch_size, replicas, training, augment)
+    repeat = _checked_repeat(repeat)
     sizing.check_request(shuffle_buffer)
     if cache_mismatch not in cache_lib.MISMATCH_MODES:
         raise ValueError(
@@ -277,6 +255,40 @@ def pipeline(
     return built.dataset
 
 
+def _check_arguments(source, batch_size, replicas: int, training, augment) -> None:
+    """Raises ValueError / TypeError for `pipeline`'s batch, augment and source arguments."""
+    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size <= 0:
+        raise ValueError(
+            f"batch_size must be a positive int (the global batch), got {batch_size!r}."
+        )
+    if batch_size % replicas:
+        raise ValueError(
+            f"batch_size={batch_size} is the global batch and must divide evenly over the "
+            f"{replicas} replicas in sync; use a multiple of {replicas}, e.g. "
+            f"{batch_size + replicas - batch_size % replicas}."
+        )
+    if augment is not None and not training:
+        raise ValueError(
+            "augment was given with training=False: evaluation data must not be randomly "
+            "augmented. Drop augment= for this pipeline (put deterministic work in "
+            "preprocess=)."
+        )
+    if not isinstance(source, tf.data.Dataset) and not callable(source):
+        raise TypeError(
+            f"source must be a tf.data.Dataset or a function input_context -> Dataset, got "
+            f"{type(source).__name__}. Use tfaccel.data.from_arrays(x, y) for arrays."
+        )
+
+
+def _checked_repeat(repeat) -> bool | int:
+    """`repeat` as True / False or a positive int; raises ValueError for anything else."""
+    if isinstance(repeat, bool) or repeat is None:
+        return bool(repeat)
+    if not isinstance(repeat, int) or repeat < 1:
+        raise ValueError(f"repeat must be True/False or a positive int, got {repeat!r}.")
+    return repeat
+
+
 def built_of(dataset: tf.data.Dataset) -> Built | None:
     """The `Built` of a one-replica `pipeline(...)` result (the same dataset), or None for
     any other dataset (a `DatasetFn` builds one per call of `DatasetFn.build`)."""
@@ -300,9 +312,15 @@ def _build(config: stages.Config, context: tf.distribute.InputContext | None) ->
 
 
 def _steps(stream: stages.Stream) -> int:
-    """Batches of one pass (of `batch * pieces`), padding included."""
+    """Steps of one pass: batches of `batch * pieces`, padding included; per-replica
+    batches grouped by the replicas this pipeline feeds when they are not cut from one
+    (`drop_remainder=True`: the distributed iterator drops a last step it cannot fill)."""
     count = int(stream.batched.cardinality())
-    return count + stream.padding if count >= 0 else count
+    if count < 0:
+        return count
+    context = stream.context
+    feeds = 1 if context is None else max(context.num_replicas_in_sync // stream.pipelines, 1)
+    return (count + stream.padding) // max(feeds // stream.pieces, 1)
 
 
 def _examples(stream: stages.Stream) -> int | None:
