@@ -1,4 +1,4 @@
-"""Throughput: examples/s and steps/s over a moving window, after a warm-up."""
+"""Throughput: examples/s and steps/s over a moving window, after a warm-up; and MFU."""
 
 from __future__ import annotations
 
@@ -8,7 +8,9 @@ import warnings
 
 import keras
 import numpy as np
+import tensorflow as tf
 
+from tfaccel.callbacks import _mfu
 from tfaccel.callbacks._steps import (
     StepClock,
     params_get,
@@ -56,20 +58,51 @@ class Throughput(keras.callbacks.Callback):
     the model's loss tracker (exact in `model.fit`, partial batches included);
     the model's static input batch dimension × steps; `logs["size"]` × steps.
 
+    MFU (model FLOPs utilisation), the figure Lightning's `ThroughputMonitor` and
+    Composer's `SpeedMonitor` report: the model's training FLOPs per example (3 × its
+    forward pass, counted from the graph by TensorFlow's profiler, or given) ×
+    examples/s ÷ the machine's peak FLOP/s. The peak here is *measured* (chained matmuls
+    in the model's compute dtype, `tfaccel.doctor.MatmulPeak`, about a second at the
+    start of training), not a vendor's datasheet figure as theirs, so the same run reads
+    higher here. Logged as `mfu` (a fraction) in the epoch logs (a
+    `keras.callbacks.TensorBoard` after this callback writes it as `epoch_mfu`), as a
+    `tf.summary` scalar "mfu" when a default summary writer is set, and in `summary`.
+
     Args:
         batch_size: global examples per step, or None to infer it.
         warmup_steps: steps to leave out at the start of training.
         window: steps in the moving window behind the epoch value.
         verbose: print the summary at the end of training.
+        mfu: "auto" (on a GPU, or when `peak_flops` is given), True or False.
+        flops_per_example: training FLOPs of one example; None counts them.
+        peak_flops: the machine's peak FLOP/s; None measures it.
 
     Raises:
-        ValueError: non-positive `batch_size` or `window`, negative `warmup_steps`.
+        ValueError: non-positive `batch_size`, `window`, `flops_per_example` or
+            `peak_flops`, negative `warmup_steps`, `mfu` not "auto", True or False.
     """
 
     loop_batches_ok = True  # its batch hooks count a loop's steps: no n = 1 needed
 
-    def __init__(self, batch_size=None, warmup_steps: int = 5, window: int = 50, verbose=1):
+    def __init__(
+        self,
+        batch_size=None,
+        warmup_steps: int = 5,
+        window: int = 50,
+        verbose=1,
+        *,
+        mfu="auto",
+        flops_per_example: float | None = None,
+        peak_flops: float | None = None,
+    ):
         super().__init__()
+        if mfu not in ("auto", True, False):
+            raise ValueError(f"mfu must be 'auto', True or False, got {mfu!r}.")
+        for name, value in (("flops_per_example", flops_per_example), ("peak_flops", peak_flops)):
+            if value is not None and (isinstance(value, bool) or not value > 0):
+                raise ValueError(f"{name} must be a positive number (or None), got {value!r}.")
+        self.mfu, self.flops_per_example, self.peak_flops = mfu, flops_per_example, peak_flops
+        self._peaks: dict = {}
         self.batch_size = positive_int("batch_size", batch_size, allow_none=True)
         if isinstance(warmup_steps, bool) or not isinstance(warmup_steps, int) or warmup_steps < 0:
             raise ValueError(f"warmup_steps must be an integer >= 0, got {warmup_steps!r}.")
@@ -88,7 +121,37 @@ class Throughput(keras.callbacks.Callback):
         self._source = None
         self._warned = set()
         self._all_rates: list[tuple[float, float | None]] = []  # warm-up included
+        self._flops = self._peak = None
+        self._start_mfu()
         self.on_epoch_begin(None)  # trainers that never call on_epoch_begin
+
+    def _start_mfu(self) -> None:
+        """The FLOPs per example and the peak, when MFU is asked for (see the class)."""
+        on = self.mfu is True or (
+            self.mfu == "auto"
+            and (self.peak_flops is not None or bool(tf.config.list_logical_devices("GPU")))
+        )
+        if not on or self.model is None:
+            return
+        self._flops = self.flops_per_example or _mfu.flops_per_example(self.model)
+        if self._flops is None:
+            self._warn_once(
+                "flops",
+                "Throughput: MFU is not reported: the model's FLOPs per example could not "
+                "be counted (no static input shape?). Pass Throughput(flops_per_example=...).",
+            )
+            return
+        self._peak, dtype = (
+            (self.peak_flops, None) if self.peak_flops else _mfu.measured_peak(self.model)
+        )
+        self.summary["peak_flops"] = self._peak
+        self.summary["peak_dtype"] = dtype
+        self.summary["flops_per_example"] = self._flops
+
+    def _mfu_of(self, examples_per_second: float) -> float | None:
+        if self._flops is None or not self._peak:
+            return None
+        return self._flops * examples_per_second / self._peak
 
     def on_epoch_begin(self, epoch, logs=None):
         self._clock.start_epoch()
@@ -182,6 +245,10 @@ class Throughput(keras.callbacks.Callback):
         logs["steps_per_second"] = steps / seconds
         if self._examples_known:
             logs["examples_per_second"] = sum(e for _, e, _ in calls) / seconds
+            mfu = self._mfu_of(logs["examples_per_second"])
+            if mfu is not None:
+                logs["mfu"] = mfu
+                tf.summary.scalar("mfu", mfu, step=int(epoch))  # a no-op without a writer
 
     def _warn_once(self, key: str, message: str) -> None:
         if key not in self._warned:
@@ -194,6 +261,8 @@ class Throughput(keras.callbacks.Callback):
         if not warm:  # too short for the warm-up: summarise every call instead
             rates, (steps, examples, seconds) = self._all_rates, self._measured_all
         self.summary = {
+            **{k: v for k, v in self.summary.items() if k in ("peak_flops", "peak_dtype")},
+            **({"flops_per_example": self._flops} if self._flops else {}),
             "total_steps": self._clock.steps,
             "total_examples": self._examples_total if self._examples_known else None,
             "batch_size_source": self._source,
@@ -202,9 +271,14 @@ class Throughput(keras.callbacks.Callback):
             "includes_warmup": not warm,
             "steps_per_second": _stats([r for r, _ in rates], steps, seconds),
         }
+        mfu = ""
         if self._examples_known:
             per_call = [e for _, e in rates]
             self.summary["examples_per_second"] = _stats(per_call, examples, seconds)
+            value = self._mfu_of(self.summary["examples_per_second"]["overall"])
+            if value is not None and np.isfinite(value):
+                self.summary["mfu"] = value
+                mfu = f"; MFU {value:.1%} of the measured peak"
         if self.verbose and rates:
             key = "examples_per_second" if self._examples_known else "steps_per_second"
             unit = "examples/s" if self._examples_known else "steps/s"
@@ -212,7 +286,7 @@ class Throughput(keras.callbacks.Callback):
             after = f"after {self.warmup_steps} warm-up" if warm else "(warm-up included)"
             print(
                 f"Throughput: {s['median']:.1f} {unit} median (p10 {s['p10']:.1f}, "
-                f"p90 {s['p90']:.1f}) over {steps} steps {after}"
+                f"p90 {s['p90']:.1f}) over {steps} steps {after}{mfu}"
             )
 
 
