@@ -142,6 +142,7 @@ class FitLoop:
             steps=steps_per_epoch,
             batch_size=train.global_batch,
         )
+        self.sizer.honour_callbacks(callbacks)  # "auto": one step a loop for per-batch hooks
         self.verbose = verbose
         self.run_shape = {
             "global_batch": train.global_batch,
