@@ -3,7 +3,9 @@
 `tune_batch_size(run, build_model, examples, loss=..., optimizer=...)` runs
 `tfaccel.tuning.find_batch_size` (or decides from the data alone, `tuning.before_probing`),
 prints the table, saves `batch_size.png` under `--out`, and sets the run's batch size and
-learning rate (scaled by the optimizer's rule) to the recommendation.
+learning rate (scaled by the optimizer's rule) to the recommendation. With `--tune` it
+runs `tfaccel.tuning.tune` instead: the same batch step, then a learning-rate range test
+at that batch (its curve saved as `learning_rate.png`), and trains with both.
 """
 
 from __future__ import annotations
@@ -41,6 +43,9 @@ def tune_batch_size(
             "not have; upgrade tfaccel or drop --tune-batch-size."
         )
     args = run.args
+    if getattr(args, "tune", False):
+        tune_batch_and_rate(run, build_model, unbatched, loss=loss, optimizer=optimizer)
+        return
     examples = int(unbatched.cardinality())
     if examples > 0 and not args.smoke:  # the data alone may decide: then nothing is probed
         choice = tuning.before_probing(
@@ -103,3 +108,28 @@ def _apply_choice(args, choice, optimizer: str) -> None:
         f"{choice.rule} rule for {optimizer}): {choice.reason}"
     )
     args.batch_size, args.learning_rate = choice.batch_size, choice.learning_rate
+
+
+def tune_batch_and_rate(run: common.Run, build_model, unbatched, *, loss, optimizer) -> None:
+    """--tune: `tfaccel.tuning.tune` (the batch, then the rate at it); trains with both."""
+    args = run.args
+    tuned = tfaccel.tuning.tune(
+        build_model,
+        unbatched,
+        loss=loss,
+        optimizer=optimizer,
+        strategy=run.strategy,
+        batch_size=args.batch_size,
+        learning_rate=args.learning_rate,
+        epochs=None if args.smoke else args.epochs,
+        lr_steps=tfaccel.tuning.lr_rule.MIN_POINTS if args.smoke else 100,
+        verbose=0,
+    )
+    keras.utils.set_random_seed(args.seed)  # training starts from the seed, as untuned
+    if tuned.batch_report is not None:
+        print(tuned.batch_report.table())
+        tuned.batch_report.plot(str(run.out / "batch_size.png"))
+    if tuned.rate_report is not None:
+        tuned.rate_report.plot(run.out / "learning_rate.png")
+    print(f"--tune: {tuned}".replace("\n", "\n--tune: "))
+    args.batch_size, args.learning_rate = tuned.batch_size, tuned.learning_rate

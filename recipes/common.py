@@ -8,7 +8,7 @@ diagnoses the Trainer instead of training (`doctor(...)`); `main_guard(main)` tu
 input into one line and exit status 2.
 
 Beside this file: `tfds_or_digits.py` (a TFDS dataset, or scikit-learn's digits
-offline), `batch_tuning.py` (`--tune-batch-size`) and `outputs.py` (history.csv,
+offline), `batch_tuning.py` (`--tune-batch-size`, `--tune`) and `outputs.py` (history.csv,
 TensorBoard logs, metrics.json, curves.png, model.keras).
 """
 
@@ -103,6 +103,12 @@ def parser(
         action="store_true",
         help="probe batch sizes first, then train at the best one with a scaled learning rate",
     )
+    p.add_argument(
+        "--tune",
+        action="store_true",
+        help="tune the batch (as --tune-batch-size), then the learning rate at it with a range "
+        "test (tfaccel.tuning.tune); print the arguments to pass and train with them",
+    )
     if doctor:
         p.add_argument(
             "--doctor",
@@ -184,6 +190,8 @@ def setup(args: argparse.Namespace, name: str) -> Run:
     budget = getattr(args, "doctor_budget", None)
     if budget is not None and not budget > 0:
         raise ValueError(f"--doctor-budget must be a number of seconds > 0, got {budget}.")
+    if getattr(args, "tune", False):  # the batch step is --tune-batch-size's, then the rate
+        args.tune_batch_size = True
     if args.smoke:
         args.epochs = min(args.epochs, 1)
         args.batch_size = min(args.batch_size, SMOKE_BATCH)

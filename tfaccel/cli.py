@@ -132,6 +132,13 @@ def _tune_batch_size(args: argparse.Namespace) -> int:
     return _run_recipe("tune-batch-size", "--tune-batch-size", missing, args)
 
 
+def _tune(args: argparse.Namespace) -> int:
+    missing = (
+        "Add one that calls tfaccel.tuning.tune and trains with its batch_size and learning_rate."
+    )
+    return _run_recipe("tune", "--tune", missing, args)
+
+
 def _doctor(args: argparse.Namespace) -> int:
     """A recipe with a `--doctor` option runs it; any other script runs under
     `tfaccel.doctor.script`, which diagnoses its first `fit`."""
@@ -242,6 +249,17 @@ def build_parser() -> argparse.ArgumentParser:
     tune.add_argument("recipe", metavar="RECIPE.py", help="a recipe script, e.g. recipes/digits.py")
     tune.add_argument("recipe_args", nargs=argparse.REMAINDER, metavar="...")
     tune.set_defaults(handler=_tune_batch_size)
+    both = commands.add_parser(
+        "tune",
+        help="run a recipe with --tune (the batch size, then the learning rate at it)",
+        description="Runs `python RECIPE.py --tune [recipe arguments]`: the recipe tunes the "
+        "batch as --tune-batch-size does, then runs a learning-rate range test at that batch "
+        "(tfaccel.tuning.tune), prints the arguments to pass (--batch-size B --learning-rate "
+        "R) and trains with them.",
+    )
+    both.add_argument("recipe", metavar="RECIPE.py", help="a recipe script, e.g. recipes/digits.py")
+    both.add_argument("recipe_args", nargs=argparse.REMAINDER, metavar="...")
+    both.set_defaults(handler=_tune)
     doctor = commands.add_parser(
         "doctor",
         help="diagnose what limits a script's training (input, compute, communication, host, "

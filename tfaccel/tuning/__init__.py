@@ -9,7 +9,8 @@ applies the scaling rule on its own, `rule_for` picks it from the optimizer;
 `recommend` turns a report into the batch and learning rate to train a job with, and
 `before_probing` makes that choice when the data alone decides (no probe worth running).
 `find_learning_rate` runs a learning-rate range test (`LRRangeTest`) and suggests a
-rate, or says why its curve cannot (`LearningRateReport`).
+rate, or says why its curve cannot (`LearningRateReport`); `tune` does the batch, then
+the rate at that batch, and prints the arguments to pass (`Tuned`).
 """
 
 from tfaccel.tuning.hypermodel import BatchSizeHyperModel
@@ -22,6 +23,7 @@ from tfaccel.tuning.recommend import Recommendation, before_probing, recommend
 from tfaccel.tuning.report import BatchSizeReport, ProbeRow
 from tfaccel.tuning.scaling import resolve_lr_scaling, rule_for, scaled_learning_rate
 from tfaccel.tuning.search import NoBatchSizeFitsError, find_batch_size
+from tfaccel.tuning.tune import Tuned, tune
 
 __all__ = [
     "BatchSizeHyperModel",
@@ -32,6 +34,7 @@ __all__ = [
     "NoiseScale",
     "ProbeRow",
     "Recommendation",
+    "Tuned",
     "before_probing",
     "find_batch_size",
     "find_learning_rate",
@@ -43,4 +46,5 @@ __all__ = [
     "resolve_lr_scaling",
     "rule_for",
     "scaled_learning_rate",
+    "tune",
 ]

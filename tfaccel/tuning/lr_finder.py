@@ -327,6 +327,8 @@ def find_learning_rate(
     control = RateControl(optimizer)
     ramp = LRRangeTest(control, min_lr, max_lr, num_steps, budget_s, stop_factor, snapshot.take)
     kwargs = {"batch_size": batch_size} if y is not None else {}
+    if trainer is None and isinstance(data, tf.data.Dataset):
+        kwargs["shuffle"] = False  # Keras warns that a dataset is not shuffled by fit
     began = time.perf_counter()
     try:
         target.fit(

@@ -68,14 +68,13 @@ class LearningRateReport:
         Returns:
             The matplotlib axis.
         """
-        import matplotlib
+        if ax is None:  # its own Agg canvas: no global backend changed, no display needed
+            from matplotlib.backends.backend_agg import FigureCanvasAgg
+            from matplotlib.figure import Figure
 
-        if ax is None and path is not None:
-            matplotlib.use("Agg", force=False)
-        import matplotlib.pyplot as plt
-
-        if ax is None:
-            _, ax = plt.subplots(figsize=(6, 4))
+            figure = Figure(figsize=(6, 4))
+            FigureCanvasAgg(figure)
+            ax = figure.subplots()
         ax.plot(self.rates, self.losses, ".", color="0.6", label="loss per step")
         n = len(self.smoothed)
         if n:

@@ -1,0 +1,201 @@
+"""One `tune` for the batch and the rate: the batch first, then the rate at that batch.
+
+Example:
+    >>> tuned = tfaccel.tuning.tune(build_model, (x, y), loss="sparse_categorical_crossentropy",
+    ...                             optimizer="adam", batch_size=32, learning_rate=1e-3,
+    ...                             epochs=10)                        # doctest: +SKIP
+    >>> print(tuned.arguments())
+    --batch-size 64 --learning-rate 0.003
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import time
+
+import keras
+import tensorflow as tf
+
+from tfaccel.tuning import budget, inputs
+from tfaccel.tuning.lr_finder import find_learning_rate
+from tfaccel.tuning.lr_report import LearningRateReport
+from tfaccel.tuning.recommend import Recommendation, before_probing, recommend
+from tfaccel.tuning.report import BatchSizeReport
+from tfaccel.tuning.search import find_batch_size
+
+RAMP_BELOW, RAMP_ABOVE = 1e3, 1e2  # the rate's ramp: from rate / 1000 to rate × 100
+
+
+@dataclasses.dataclass
+class Tuned:
+    """What `tune` chose, and the reports behind it.
+
+    Attributes:
+        batch_size: the global batch to train with.
+        learning_rate: the rate to train with: the range test's suggestion at that
+            batch, or (no suggestion) the given rate scaled to the batch.
+        batch: the batch step's `Recommendation` (the scaled rate, the reason).
+        batch_report: `find_batch_size`'s report (None when the data alone decided).
+        rate_report: `find_learning_rate`'s report (None when it was not run: `note`).
+        seconds: the wall time of both steps.
+        note: why the rate is the scaled one, when it is.
+    """
+
+    batch_size: int
+    learning_rate: float
+    batch: Recommendation
+    batch_report: BatchSizeReport | None
+    rate_report: LearningRateReport | None
+    seconds: float
+    note: str = ""
+
+    def arguments(self) -> str:
+        """The command-line arguments to pass, e.g. "--batch-size 64 --learning-rate 0.003"."""
+        return f"--batch-size {self.batch_size} --learning-rate {self.learning_rate:.3g}"
+
+    def __str__(self) -> str:
+        rate = (
+            self.rate_report.reason
+            if self.rate_report is not None and self.rate_report.suggestion is not None
+            else self.note
+        )
+        return (
+            f"batch {self.batch_size}: {self.batch.reason}\n"
+            f"learning rate {self.learning_rate:.3g}: {rate}\n"
+            f"tuned in {self.seconds:.1f} s; pass {self.arguments()}"
+        )
+
+
+def _optimizer_at(optimizer, rate: float) -> keras.optimizers.Optimizer:
+    if isinstance(optimizer, keras.optimizers.Optimizer):
+        config = {**optimizer.get_config(), "learning_rate": rate}
+        return type(optimizer).from_config(config)
+    if isinstance(optimizer, str):
+        built = keras.optimizers.get(optimizer)
+        return type(built).from_config({**built.get_config(), "learning_rate": rate})
+    built = optimizer()
+    built.learning_rate = rate
+    return built
+
+
+def _rate_budget(spent: float, job_examples, eps, budget_s) -> float | None:
+    """Seconds left for the rate under the batch tuner's bound (None: unbounded)."""
+    limits = []
+    if job_examples and eps:
+        limits.append(budget.PROBE_SHARE * job_examples / eps - spent)
+    if budget_s is not None:
+        limits.append(budget_s - spent)
+    return min(limits) if limits else None
+
+
+def tune(
+    build_model,
+    data,
+    *,
+    loss,
+    batch_size: int,
+    learning_rate: float,
+    optimizer="adam",
+    strategy: tf.distribute.Strategy | None = None,
+    epochs: int | None = None,
+    job_examples: int | None = None,
+    budget_s: float | None = None,
+    lr_steps: int = 100,
+    verbose: int = 1,
+) -> Tuned:
+    """Tunes the batch (`find_batch_size`, `recommend`), then the rate at that batch.
+
+    The rate step is a range test (`find_learning_rate`) on a fresh model from
+    `build_model` at the chosen batch, ramped from the scaled rate / 1000 to × 100;
+    its suggestion wins, and without one the scaled rate stays (`note` says why).
+    With `epochs` or `job_examples` both steps together keep within the batch
+    tuner's bound, `budget.PROBE_SHARE` (10 %) of the job's time at the examples/s
+    measured; the rate step is skipped when nothing is left.
+
+    Args:
+        build_model: zero-argument callable returning an uncompiled `keras.Model`.
+        data: an unbatched `tf.data.Dataset` of `(x, y)`, or an `(x, y)` tuple of arrays.
+        loss: the loss, as for `model.compile`.
+        batch_size, learning_rate: what the job would train with untuned.
+        optimizer: a Keras optimizer, its name, or a callable building one.
+        strategy: a `tf.distribute.Strategy` (batches are global); None → the default.
+        epochs: the job's epochs (its size is then epochs × the data's examples).
+        job_examples: the job's size in examples (wins over `epochs`).
+        budget_s: wall seconds for both steps.
+        lr_steps: steps of the range test.
+        verbose: 1 prints the choice and the arguments to pass.
+
+    Returns:
+        A `Tuned`: `batch_size`, `learning_rate`, `arguments()` and the reports.
+    """
+    began = time.perf_counter()
+    strategy = strategy or tf.distribute.get_strategy()
+    replicas = strategy.num_replicas_in_sync
+    dataset = inputs.to_unbatched_dataset(data)
+    examples = int(dataset.cardinality())
+    if job_examples is None and epochs and examples > 0:
+        job_examples = epochs * examples
+    choice, report = None, None
+    if examples > 0:
+        choice = before_probing(
+            batch_size=batch_size,
+            learning_rate=learning_rate,
+            optimizer=optimizer,
+            examples=examples,
+            replicas=replicas,
+        )
+    if choice is None:
+        report = find_batch_size(
+            build_model,
+            dataset,
+            loss=loss,
+            optimizer=optimizer,
+            strategy=strategy,
+            start=max(batch_size, replicas),
+            job_examples=job_examples,
+            budget_s=budget_s,
+        )
+        choice = recommend(
+            report,
+            batch_size=batch_size,
+            learning_rate=learning_rate,
+            optimizer=optimizer,
+            replicas=replicas,
+        )
+    eps = report.best_examples_per_second if report is not None else None
+    left = _rate_budget(time.perf_counter() - began, job_examples, eps, budget_s)
+    rate_report, note, rate = None, "", choice.learning_rate
+    if left is not None and left <= 0:
+        note = "the range test was skipped: the tuning bound was spent on the batch"
+    else:
+        rate_report = _range_test(
+            build_model, dataset, choice, loss, optimizer, strategy, lr_steps, left
+        )
+        if rate_report.suggestion is not None:
+            rate = rate_report.suggestion
+        else:
+            note = f"kept the scaled rate: the range test gave none ({rate_report.reason})"
+    tuned = Tuned(
+        choice.batch_size, rate, choice, report, rate_report, time.perf_counter() - began, note
+    )
+    if verbose:
+        print(tuned)
+    return tuned
+
+
+def _range_test(build_model, dataset, choice, loss, optimizer, strategy, steps, left):
+    with strategy.scope():
+        model = build_model()
+        model.compile(optimizer=_optimizer_at(optimizer, choice.learning_rate), loss=loss)
+    batched = dataset.repeat().batch(choice.batch_size, drop_remainder=True)
+    if not model.built:
+        model(next(iter(batched))[0])
+    return find_learning_rate(
+        model,
+        batched.prefetch(tf.data.AUTOTUNE),
+        min_lr=choice.learning_rate / RAMP_BELOW,
+        max_lr=choice.learning_rate * RAMP_ABOVE,
+        num_steps=steps,
+        budget_s=None if left is None else max(left, math.ulp(1.0)),
+    )
