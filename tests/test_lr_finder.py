@@ -248,3 +248,10 @@ def test_report_of_a_ramp_cut_by_divergence_keeps_the_nan():
     report = tuning.find_learning_rate(_model(), _dataset(), num_steps=30, max_lr=1e6)
     assert report.stopped == "diverged"
     assert math.isfinite(report.losses[0])
+
+
+def test_a_minimum_at_the_ramps_end_is_said_to_be_unseen():
+    falling = 0.5 + 1.8 / (1 + np.exp(2.5 * (LOG + 3.0)))
+    s = lr_rule.suggest(RATES, falling)
+    assert s.rate is not None and "larger max_lr" in s.reason
+    assert "larger max_lr" not in lr_rule.suggest(RATES, clean_curve()).reason

@@ -24,7 +24,8 @@ The rule, in order:
    errors is below zero and the slope is at least `KEEP_SLOPE` of the steepest one.
 6. The suggestion is the largest clearly descending rate at or below the minimum, and
    at most the minimum's rate / `BELOW_MINIMUM` (the minimum is where the rate starts to
-   hurt). No clearly descending point gives "too noisy".
+   hurt; a minimum at the ramp's end is said to be unseen). No clearly descending point
+   gives "too noisy".
 
 `steepest` is the common alternative (the steepest point of an exponentially smoothed
 curve, by index, as Lightning's `lr_find` suggests it), kept to compare against.
@@ -175,6 +176,11 @@ def suggest(rates, losses) -> Suggestion:
         f"the largest rate still clearly descending is {rates_read[i_rate]:.3g}; the "
         f"loss is lowest at {minimum_rate:.3g}: suggested {rate:.3g}"
     )
+    if i_min >= len(y) - 1 - w // 2:
+        why += (
+            " (the loss was still lowest at the ramp's last rates: where the rate starts "
+            "to hurt is not seen; a larger max_lr would show it)"
+        )
     return Suggestion(rate, why, minimum_rate=minimum_rate, **read)
 
 

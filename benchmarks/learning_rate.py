@@ -1,0 +1,278 @@
+"""The learning-rate finder against an exhaustive sweep of fixed rates, on four jobs.
+
+For each job (the digits MLP, the CIFAR-shaped CNN, a regression MLP on house-price-like
+data, the digits ResNet) this trains the job at `RATES` (six or more fixed Adam rates,
+from the same seed) and finds the best rate: the one whose held-out score reaches the
+target soonest (the target: within `TARGET_SLACK` of the best final score of the sweep;
+accuracy for the classifiers, minus the mean squared error for the regression). Then it
+runs `tfaccel.tuning.find_learning_rate` once at the job's batch and reads two rules from
+the same curve: tfaccel's suggestion and the steepest-descent rule of the kind Lightning
+uses (`lr_rule.steepest`); it trains the job at each and times it to the same target.
+
+Targets (issue 41): the finder's rate reaches the target in at most 1.15× the best
+rate's time on every job; the steepest rule is reported beside it (ours no worse on any
+job, better on at least one); the finder costs at most 5 % of the job (its seconds over
+the best run's training seconds). Held-out scores are read `EVALS_PER_EPOCH` times an
+epoch with the clock paused.
+
+Writes `benchmarks/results/learning_rate.json` and `learning_rate.png` (each job's
+finder curve with the two picks and the sweep's best rate; `--quick`: `.quick.` files).
+
+Run: `python benchmarks/learning_rate.py [--quick] [--jobs digits_mlp cifar_cnn ...]`.
+`--quick` checks the script (small data, one epoch, short ramps); its figures mean nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import pathlib
+import sys
+import time
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+import tfaccel
+from tfaccel import strict_json
+from tfaccel.tuning import lr_rule
+
+sys.path.insert(0, str(pathlib.Path(__file__).parent))
+sys.path.insert(0, str(pathlib.Path(__file__).parents[1] / "recipes"))
+
+import batch_size_jobs  # noqa: E402  (the CIFAR-shaped data and CNN)
+import digits  # noqa: E402  (recipes/digits.py: the digits data and ResNet)
+
+RESULTS = pathlib.Path(__file__).parent / "results"
+RATES = [1e-4, 3e-4, 1e-3, 3e-3, 1e-2, 3e-2]
+EVALS_PER_EPOCH = 4
+TARGET_SLACK = {"accuracy": 0.02, "neg_mse": 0.10}  # of the best final score
+
+
+def digits_mlp():
+    return keras.Sequential(
+        [
+            keras.Input((8, 8, 1)),
+            keras.layers.Flatten(),
+            keras.layers.Dense(128, activation="relu"),
+            keras.layers.Dense(10, activation="softmax"),
+        ],
+        name="digits_mlp",
+    )
+
+
+def house_like(n: int, seed: int, features: int = 40):
+    """House-price-like regression: log price from a few strong and many weak features."""
+    rng = np.random.default_rng(seed)
+    w = np.random.default_rng(99).normal(size=features).astype("float32")
+    w[8:] *= 0.1
+    x = rng.normal(size=(n, features)).astype("float32")
+    y = 12.0 + 0.3 * np.tanh(x @ w / 3) + 0.05 * (x[:, 0] * x[:, 1]) + 0.05 * rng.normal(size=n)
+    return x, y.astype("float32")[:, None]
+
+
+def house_mlp(features: int = 40):
+    inputs = keras.Input((features,))
+    x = keras.layers.Dense(128, activation="relu")(inputs)
+    x = keras.layers.Dense(64, activation="relu")(x)
+    out = keras.layers.Dense(1, bias_initializer=keras.initializers.Constant(12.0))(x)
+    return keras.Model(inputs, out, name="house_mlp")
+
+
+def jobs(quick: bool) -> dict:
+    """The four jobs: data, held-out data, model, loss, batch, epochs, score."""
+    (x, y), _, held = digits.load(0)
+    sce = "sparse_categorical_crossentropy"
+    n_cifar, cifar_epochs = (1_000, 1) if quick else (20_000, 5)
+    n_house = 2_000 if quick else 20_000
+    common = {"loss": sce, "score": "accuracy"}
+    return {
+        "digits_mlp": {
+            **common,
+            "data": (x, y),
+            "held_out": held,
+            "build": digits_mlp,
+            "batch_size": 64,
+            "epochs": 2 if quick else 15,
+        },
+        "cifar_cnn": {
+            **common,
+            "data": batch_size_jobs.cifar_like(n_cifar, seed=0),
+            "held_out": batch_size_jobs.cifar_like(500 if quick else 2_000, seed=1),
+            "build": batch_size_jobs.small_cnn,
+            "batch_size": 32,
+            "epochs": cifar_epochs,
+        },
+        "house_mlp": {
+            "loss": "mse",
+            "score": "neg_mse",
+            "data": house_like(n_house, 0),
+            "held_out": house_like(1_000, 1),
+            "build": house_mlp,
+            "batch_size": 32,
+            "epochs": 2 if quick else 20,
+        },
+        "digits_resnet": {
+            **common,
+            "data": (x, y),
+            "held_out": held,
+            "build": digits.build_model,
+            "batch_size": 64,
+            "epochs": 1 if quick else 15,
+        },
+    }
+
+
+class Curve(keras.callbacks.Callback):
+    """Held-out score every `every` steps against training seconds (evaluation excluded)."""
+
+    def __init__(self, every: int, held_out, score: str):
+        super().__init__()
+        self.every, (self.x, self.y), self.kind = every, held_out, score
+        self.points: list[tuple[float, float]] = []
+        self.paused = self.step = 0
+
+    def on_train_begin(self, logs=None):
+        self.began = time.perf_counter()
+
+    def on_train_batch_end(self, batch, logs=None):
+        self.step += 1
+        if self.step % self.every:
+            return
+        float(logs["loss"])  # host sync: the step has finished
+        seconds = time.perf_counter() - self.began - self.paused
+        paused = time.perf_counter()
+        guess = self.model.predict(self.x, batch_size=1000, verbose=0)
+        if self.kind == "accuracy":
+            value = float(np.mean(np.argmax(guess, axis=-1) == self.y))
+        else:
+            value = -float(np.mean((guess - self.y) ** 2))
+        self.points.append((seconds, value if math.isfinite(value) else None))
+        self.paused += time.perf_counter() - paused
+
+
+def compiled(job: dict, rate: float) -> keras.Model:
+    keras.utils.set_random_seed(0)
+    model = job["build"]()
+    model.compile(keras.optimizers.Adam(rate), job["loss"])
+    return model
+
+
+def batches(job: dict, repeat: bool = False) -> tf.data.Dataset:
+    x, y = job["data"]
+    data = tf.data.Dataset.from_tensor_slices((x, y)).shuffle(len(y), seed=0)
+    data = data.repeat() if repeat else data
+    return data.batch(job["batch_size"], drop_remainder=True).prefetch(tf.data.AUTOTUNE)
+
+
+def train(job: dict, rate: float) -> dict:
+    """Trains the job at `rate`; returns its held-out curve."""
+    model = compiled(job, rate)
+    steps = len(job["data"][1]) // job["batch_size"]
+    curve = Curve(max(1, steps // EVALS_PER_EPOCH), job["held_out"], job["score"])
+    model.fit(batches(job), epochs=job["epochs"], callbacks=[curve], shuffle=False, verbose=0)
+    return {"learning_rate": rate, "curve": curve.points, "final": curve.points[-1][1]}
+
+
+def time_to(curve: list, target: float) -> float | None:
+    """The first training second at which the curve reaches `target` (None: never)."""
+    return next((t for t, value in curve if value is not None and value >= target), None)
+
+
+def run_job(name: str, job: dict, quick: bool) -> dict:
+    sweep = [train(job, rate) for rate in RATES]
+    best_final = max(run["final"] for run in sweep if run["final"] is not None)
+    target = best_final - TARGET_SLACK[job["score"]] * abs(best_final)
+    for run in sweep:
+        run["time_to_target"] = time_to(run["curve"], target)
+    reached = [run for run in sweep if run["time_to_target"] is not None]
+    best = min(reached, key=lambda run: run["time_to_target"])
+    model = compiled(job, 1e-3)
+    report = tfaccel.tuning.find_learning_rate(
+        model, batches(job, repeat=True), num_steps=30 if quick else 100, min_lr=1e-6, max_lr=1.0
+    )
+    picks = {"finder": report.suggestion, "steepest": report.steepest_rate}
+    out = {
+        "target": target,
+        "score": job["score"],
+        "epochs": job["epochs"],
+        "batch_size": job["batch_size"],
+        "sweep": sweep,
+        "best_rate": best["learning_rate"],
+        "best_time": best["time_to_target"],
+        "range_test": report.to_dict(),
+        "finder_cost": report.seconds / best["curve"][-1][0],
+    }
+    for rule, rate in picks.items():
+        run = train(job, rate) if rate is not None else None
+        seconds = time_to(run["curve"], target) if run else None
+        out[rule] = {
+            "learning_rate": rate,
+            "time_to_target": seconds,
+            "ratio": None if seconds is None else seconds / best["time_to_target"],
+            "curve": run["curve"] if run else None,
+        }
+    print(
+        f"{name}: best {best['learning_rate']:.3g} in {best['time_to_target']:.1f} s; finder "
+        f"{_text(out['finder'])}; steepest {_text(out['steepest'])}; finder cost "
+        f"{out['finder_cost']:.1%} of the job"
+    )
+    return out
+
+
+def _text(pick: dict) -> str:
+    rate, ratio = pick["learning_rate"], pick["ratio"]
+    if rate is None:
+        return "no suggestion"
+    return f"{rate:.3g} ({'never reached' if ratio is None else f'{ratio:.2f}x'})"
+
+
+def plot(results: dict, path: pathlib.Path) -> None:
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    names = list(results["jobs"])
+    figure = Figure(figsize=(5 * len(names), 4))
+    FigureCanvasAgg(figure)
+    axes = figure.subplots(1, len(names), squeeze=False)[0]
+    for ax, name in zip(axes, names, strict=True):
+        job = results["jobs"][name]
+        finder = job["range_test"]
+        curves = {
+            k: [math.nan if v is None else v for v in finder[k]] for k in ("losses", "smoothed")
+        }
+        report = tfaccel.tuning.LearningRateReport(**{**finder, **curves})
+        report.plot(ax=ax)
+        ax.axvline(
+            job["best_rate"], color="C2", ls="--", label=f"sweep's best {job['best_rate']:.3g}"
+        )
+        ax.set_title(name)
+        ax.legend(fontsize="small")
+    figure.savefig(path, dpi=90, bbox_inches="tight")
+
+
+def main(argv=None) -> dict:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--quick", action="store_true", help="small data, 1-2 epochs: a check")
+    parser.add_argument("--jobs", nargs="*", default=None, help="which jobs (default: all)")
+    args = parser.parse_args(argv)
+    tfaccel.devices.configure()
+    table = jobs(args.quick)
+    names = args.jobs or list(table)
+    results = {
+        "ran_at": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+        "quick": args.quick,
+        "rates": RATES,
+        "rule": {"below_minimum": lr_rule.BELOW_MINIMUM, "keep_slope": lr_rule.KEEP_SLOPE},
+        "jobs": {name: run_job(name, table[name], args.quick) for name in names},
+    }
+    stem = "learning_rate.quick" if args.quick else "learning_rate"
+    RESULTS.mkdir(exist_ok=True)
+    (RESULTS / f"{stem}.json").write_text(strict_json.dumps(results, indent=2))
+    plot(results, RESULTS / f"{stem}.png")
+    return results
+
+
+if __name__ == "__main__":
+    main()
