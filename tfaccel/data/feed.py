@@ -49,7 +49,8 @@ def has_static_batch(dataset: tf.data.Dataset) -> bool:
     return bool(dim.rank) and dim[0] is not None
 
 
-def _key(context: tf.distribute.InputContext) -> tuple[int, int, int]:
+def context_key(context: tf.distribute.InputContext) -> tuple[int, int, int]:
+    """`(input pipelines, this pipeline's id, replicas)`: which build a context asks for."""
     return (
         context.num_input_pipelines,
         context.input_pipeline_id,
@@ -257,7 +258,7 @@ class Feed:
         )
 
     def _function(self, context: tf.distribute.InputContext) -> tf.data.Dataset:
-        if _key(context) == _key(self._build.context):
+        if context_key(context) == context_key(self._build.context):
             dataset = self._build.dataset
         else:  # another pipeline than this worker's: not expected, built as asked
             dataset = self.data(context)

@@ -21,6 +21,9 @@ import tensorflow as tf
 
 from tfaccel.data import augment_seeds, partial, sizing, stages
 from tfaccel.data import cache as cache_lib
+from tfaccel.data.elements import on_pairs
+from tfaccel.data.feed import context_key, input_context
+from tfaccel.data.finite import call
 from tfaccel.data.plan import Plan, attach
 
 INFINITE = int(tf.data.INFINITE_CARDINALITY)
@@ -48,16 +51,22 @@ class Built:
             (one pipeline: the cardinality right before `batch`; several: the source's
             element count that the padding evens, times a finite `repeat`); None when
             unknown or infinite.
-        probe: per-replica batches of the stream before the cache, augment and shuffle
-            (the elements' real structure), for value checks such as the labels': reading
-            it does not advance the shuffle's seed generator, so the training order stays.
+        probe: per-replica batches of the stream before the cache and the shuffle,
+            augmented and batch-mapped as in training (made when first asked for), for
+            value checks such as the labels': reading it does not advance the shuffle's
+            seed generator, so the training order stays.
     """
 
     dataset: tf.data.Dataset
     plan: Plan
     steps: int
     examples: int | None
-    probe: tf.data.Dataset
+    make_probe: Callable[[], tf.data.Dataset]
+
+    @property
+    def probe(self) -> tf.data.Dataset:
+        """See the class docstring (a new dataset each time it is asked for)."""
+        return self.make_probe()
 
 
 class DatasetFn:
@@ -80,26 +89,26 @@ class DatasetFn:
         self.strategy = strategy
         self.drop_remainder = config.drop_remainder
         self.training = config.training
+        self._kept = None  # (context key, Built): pipeline()'s check build, unread
 
     def __call__(self, input_context: tf.distribute.InputContext) -> tf.data.Dataset:
         return self.build(input_context).dataset
 
     def build(self, input_context: tf.distribute.InputContext | None) -> Built:
-        """Builds the dataset of `input_context`'s input pipeline once, with what the
-        build knows (None: one pipeline of global batches, as without a strategy)."""
+        """Builds the dataset of `input_context`'s input pipeline, with what the build
+        knows (None: one pipeline of global batches, as without a strategy).
+
+        The build `pipeline()` made to check the input is handed to the first call for
+        its context (never read: a fresh build); every later call builds anew.
+        """
+        kept, self._kept = self._kept, None
+        if kept is not None and input_context is not None and context_key(input_context) == kept[0]:
+            return kept[1]
         return _build(self._config, input_context)
 
     def input_context(self) -> tf.distribute.InputContext:
         """The context the strategy passes for this worker's input pipeline."""
-        extended = self.strategy.extended
-        workers = int(getattr(extended, "_num_workers", 1) or 1)
-        multi_worker = isinstance(self.strategy, tf.distribute.MultiWorkerMirroredStrategy)
-        index = int(getattr(extended, "_id_in_cluster", 0) or 0) if multi_worker else 0
-        return tf.distribute.InputContext(
-            num_input_pipelines=workers,
-            input_pipeline_id=index,
-            num_replicas_in_sync=self._config.replicas,
-        )
+        return input_context(self.strategy)
 
     def distribute(self) -> tf.distribute.DistributedDataset:
         """Returns `strategy.distribute_datasets_from_function(self)`."""
@@ -247,7 +256,8 @@ def pipeline(
     )
     if replicas > 1 or multi_worker:
         fn = DatasetFn(config, strategy)
-        fn.plan()  # builds pipeline 0 once so that bad input fails here, not in the Trainer
+        context = fn.input_context()  # this worker's pipeline, built so that bad input
+        fn._kept = (context_key(context), _build(config, context))  # fails here; kept for a Feed
         return fn
     built = _build(config, None)
     # Without the dataset itself: a cycle would keep a file cache owned until collected.
@@ -307,7 +317,7 @@ def _build(config: stages.Config, context: tf.distribute.InputContext | None) ->
         plan=stream.plan,
         steps=_steps(stream),
         examples=_examples(stream),
-        probe=_probe(stream),
+        make_probe=_probe_of(stream),
     )
 
 
@@ -335,7 +345,26 @@ def _examples(stream: stages.Stream) -> int | None:
     return count * (times or 1)
 
 
-def _probe(stream: stages.Stream) -> tf.data.Dataset:
-    """Per-replica batches read before the cache and the shuffle (see `Built.probe`)."""
-    probe = stream.uncached.batch(stream.batch, drop_remainder=stream.config.drop_remainder)
-    return probe.with_options(stages.dataset_options(stream))
+def _probe_of(stream: stages.Stream) -> Callable[[], tf.data.Dataset]:
+    """Makes `Built.probe`: per-replica batches of the stream before the cache and the
+    shuffle, augmented (a seeded augment with seed (0, 0)) and batch-mapped as in
+    training, so labels an augment or a batch_map changes are checked as training sees
+    them. It holds nothing after the cache (a cycle would keep a file cache owned)."""
+    uncached, config, batch = stream.uncached, stream.config, stream.batch
+    stateless, options = stream.stateless, stages.dataset_options(stream)
+
+    def probe() -> tf.data.Dataset:
+        dataset = uncached
+        if config.augment is not None:
+            fn = on_pairs(config.augment, dataset.element_spec, "augment", seed=0)
+            if stateless:
+                zero = tf.zeros([2], tf.int64)
+                dataset = dataset.map(lambda *element: call(fn, element, seed=zero))
+            else:
+                dataset = dataset.map(fn)
+        dataset = dataset.batch(batch, drop_remainder=config.drop_remainder)
+        if config.batch_map is not None:
+            dataset = dataset.map(on_pairs(config.batch_map, dataset.element_spec, "batch_map"))
+        return dataset.with_options(options)
+
+    return probe
