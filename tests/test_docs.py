@@ -117,7 +117,8 @@ EXPECTED = {
     "how-to/precision.md": r"chosen: float32[\s\S]*LossScaleOptimizer",
     "how-to/input-pipelines.md": r"\(64, 16, 16, 1\) \(64,\)[\s\S]*\['blue', 'red'\] 9 3",
     "how-to/resume.md": r"resumed at epoch 1\n",
-    "how-to/batch-size.md": r"batch",
+    "how-to/batch-size.md": r"batch[\s\S]*largest batch that fits, up to the limit: 256",
+    "how-to/learning-rate.md": r"learning rate: ",
 }
 
 

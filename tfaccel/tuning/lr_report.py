@@ -62,7 +62,8 @@ class LearningRateReport:
         """Draws the loss against the rate (log axis), the smoothed curve and the picks.
 
         Args:
-            path: save the figure here (PNG or any format matplotlib knows).
+            path: save the figure here (PNG or any format matplotlib knows; its folder is
+                created).
             ax: draw on this matplotlib axis instead of a new figure.
 
         Returns:
@@ -94,5 +95,8 @@ class LearningRateReport:
         ax.set_title(title)
         ax.legend(fontsize="small")
         if path is not None:
+            folder = os.path.dirname(os.fspath(path))
+            if folder:
+                os.makedirs(folder, exist_ok=True)
             ax.figure.savefig(os.fspath(path), dpi=100, bbox_inches="tight")
         return ax
