@@ -1,6 +1,7 @@
 """The learning-rate range test: the rule on synthetic curves, exact restore, messages."""
 
 import ast
+import json
 import math
 import pathlib
 
@@ -147,6 +148,7 @@ def test_learnable_problem_gets_a_suggestion_and_a_report():
     assert 1e-5 < report.suggestion < 10.0
     out = report.to_dict()
     assert out["suggestion"] == report.suggestion and len(out["losses"]) == len(report.rates)
+    assert json.loads(json.dumps(out, allow_nan=False)) == out
     assert "learning rate" in str(report)
 
 
@@ -198,8 +200,8 @@ def test_bad_arguments_are_refused():
         tuning.find_learning_rate(keras.Sequential([keras.Input((8,))]), _dataset())
 
 
-def _trainer(strategy=None):
-    return tfaccel.Trainer(_model(), strategy=strategy, steps_per_loop=1)
+def _trainer(strategy=None, model=None):
+    return tfaccel.Trainer(model or _model(), strategy=strategy, steps_per_loop=1)
 
 
 def _trainer_state(trainer):
@@ -212,11 +214,14 @@ def _trainer_state(trainer):
 @pytest.mark.parametrize("replicas", [1, 2])
 def test_trainer_fit_after_the_finder_equals_fit_without(replicas, mirrored):
     strategy = mirrored if replicas == 2 else tfaccel.devices.strategy("one_device")
-    trainer = _trainer(strategy)
+    users = _model()
+    users_weights = [w.copy() for w in users.get_weights()]
+    trainer = _trainer(strategy, users)
     np.random.seed(3)
     numpy_state = np.random.get_state()[1].copy()
     report = tuning.find_learning_rate(trainer, _dataset(), num_steps=20, max_lr=10.0)
     assert len(report.losses) >= lr_rule.MIN_POINTS
+    _same(users.get_weights(), users_weights)  # a model the Trainer copied: put back too
     np.testing.assert_array_equal(np.random.get_state()[1], numpy_state)
     trainer.fit(_dataset(), epochs=2, verbose=0)
     got = _trainer_state(trainer)
@@ -255,3 +260,16 @@ def test_a_minimum_at_the_ramps_end_is_said_to_be_unseen():
     s = lr_rule.suggest(RATES, falling)
     assert s.rate is not None and "larger max_lr" in s.reason
     assert "larger max_lr" not in lr_rule.suggest(RATES, clean_curve()).reason
+
+
+def test_a_budget_too_small_for_a_curve_says_so():
+    report = tuning.find_learning_rate(_model(), _dataset(), num_steps=30, budget_s=1e-9)
+    assert report.suggestion is None and report.stopped == "budget"
+    assert "raise budget_s" in report.reason
+
+
+def test_loops_of_several_steps_are_named():
+    trainer = tfaccel.Trainer(_model(), steps_per_loop=5)
+    report = tuning.find_learning_rate(trainer, _dataset(), num_steps=20)
+    assert report.suggestion is None and "steps_per_loop=1" in report.reason
+    assert len(report.losses) == 4 and report.steps == 20

@@ -363,6 +363,19 @@ def _report(ramp: LRRangeTest, control: RateControl, seconds: float) -> Learning
             f"{lr_rule.MIN_POINTS} (num_steps={ramp.num_steps}); pass more data."
         )
     read = lr_rule.suggest(ramp.rates, ramp.losses)
+    if ramp.stopped == "budget" and len(ramp.losses) < lr_rule.MIN_POINTS:
+        why = (
+            f"budget_s ran out after {ramp.done} steps: a curve needs at least "
+            f"{lr_rule.MIN_POINTS}; raise budget_s"
+        )
+        read = lr_rule.Suggestion(None, why, [])
+    elif len(ramp.losses) < min(ramp.done, lr_rule.MIN_POINTS):
+        why = (
+            f"the fit called the batch hooks once per loop of several steps ({len(ramp.losses)} "
+            f"points for {ramp.done} steps): run the test with one step per loop "
+            "(Trainer(steps_per_loop=1), or 'auto' once it honours per-batch callbacks)"
+        )
+        read = lr_rule.Suggestion(None, why, [])
     schedule = type(control.schedule).__name__ if control.schedule is not None else None
     return LearningRateReport(
         suggestion=read.rate,

@@ -122,8 +122,8 @@ def suggest(rates, losses) -> Suggestion:
     if end < MIN_POINTS:
         return Suggestion(
             None,
-            f"diverged at once: only {end} finite losses before the loss became non-finite "
-            f"(at least {MIN_POINTS} are needed); lower min_lr or max_lr",
+            f"diverged at once: the curve holds {end} finite losses before it diverges or "
+            f"ends (at least {MIN_POINTS} are needed); lower min_lr or max_lr",
             [],
         )
     x, y = x[:end], y[:end]
