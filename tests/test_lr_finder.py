@@ -222,6 +222,7 @@ def test_trainer_fit_after_the_finder_equals_fit_without(replicas, mirrored):
     report = tuning.find_learning_rate(trainer, _dataset(), num_steps=20, max_lr=10.0)
     assert len(report.losses) >= lr_rule.MIN_POINTS
     _same(users.get_weights(), users_weights)  # a model the Trainer copied: put back too
+    assert max(report.losses) > 2 * report.losses[0]  # the ramp reached every replica
     np.testing.assert_array_equal(np.random.get_state()[1], numpy_state)
     trainer.fit(_dataset(), epochs=2, verbose=0)
     got = _trainer_state(trainer)
@@ -273,3 +274,21 @@ def test_loops_of_several_steps_are_named():
     report = tuning.find_learning_rate(trainer, _dataset(), num_steps=20)
     assert report.suggestion is None and "steps_per_loop=1" in report.reason
     assert len(report.losses) == 4 and report.steps == 20
+
+
+def test_trainer_with_a_schedule_after_the_finder_equals_without():
+    def trainer():
+        schedule = keras.optimizers.schedules.ExponentialDecay(1e-2, 10, 0.5)
+        return tfaccel.Trainer(
+            _model(optimizer=keras.optimizers.SGD(schedule)),
+            strategy=tfaccel.devices.strategy("one_device"),
+            steps_per_loop=1,
+        )
+
+    tuned = trainer()
+    report = tuning.find_learning_rate(tuned, _dataset(), num_steps=20, max_lr=10.0)
+    assert report.schedule == "ExponentialDecay"
+    tuned.fit(_dataset(), epochs=1, verbose=0)
+    fresh = trainer()
+    fresh.fit(_dataset(), epochs=1, verbose=0)
+    _same(_trainer_state(tuned), _trainer_state(fresh))
