@@ -103,6 +103,20 @@ def local_slopes(x: np.ndarray, y: np.ndarray, w: int) -> tuple[np.ndarray, np.n
     return slopes, errors
 
 
+def _no_descent(descent, band, sigma, start, rates) -> str:
+    """Why a descent within the noise band supports no suggestion: flat or too noisy."""
+    if sigma <= FLAT_RELATIVE * max(abs(start), 1e-12):
+        return (
+            f"flat: the loss moved by {descent:.3g} at most over rates "
+            f"{rates[0]:.3g}..{rates[-1]:.3g}, within its noise band "
+            f"({band:.3g}); widen the range (max_lr) or check that the model learns"
+        )
+    return (
+        f"too noisy: a descent of {descent:.3g} is within the noise band ({band:.3g}; "
+        f"one loss varies by {sigma:.3g}); use a larger batch or more steps"
+    )
+
+
 def suggest(rates, losses) -> Suggestion:
     """The rate to train at, read from a range test's curve (see the module's rule).
 
@@ -144,18 +158,7 @@ def suggest(rates, losses) -> Suggestion:
         )
         return Suggestion(None, why, **read)
     if descent <= band:
-        if sigma <= FLAT_RELATIVE * max(abs(start), 1e-12):
-            why = (
-                f"flat: the loss moved by {descent:.3g} at most over rates "
-                f"{rates_read[0]:.3g}..{rates_read[-1]:.3g}, within its noise band "
-                f"({band:.3g}); widen the range (max_lr) or check that the model learns"
-            )
-        else:
-            why = (
-                f"too noisy: a descent of {descent:.3g} is within the noise band ({band:.3g}; "
-                f"one loss varies by {sigma:.3g}); use a larger batch or more steps"
-            )
-        return Suggestion(None, why, **read)
+        return Suggestion(None, _no_descent(descent, band, sigma, start, rates_read), **read)
     minimum_rate = float(rates_read[i_min])
     # Winsorized: a spike moves no slope more than a 3-sigma loss would.
     clipped = np.clip(y, smooth - 3.0 * sigma, smooth + 3.0 * sigma)

@@ -131,38 +131,14 @@ def tune(
     """
     began = time.perf_counter()
     strategy = strategy or tf.distribute.get_strategy()
-    replicas = strategy.num_replicas_in_sync
     dataset = inputs.to_unbatched_dataset(data)
     examples = int(dataset.cardinality())
     if job_examples is None and epochs and examples > 0:
         job_examples = epochs * examples
-    choice, report = None, None
-    if examples > 0:
-        choice = before_probing(
-            batch_size=batch_size,
-            learning_rate=learning_rate,
-            optimizer=optimizer,
-            examples=examples,
-            replicas=replicas,
-        )
-    if choice is None:
-        report = find_batch_size(
-            build_model,
-            dataset,
-            loss=loss,
-            optimizer=optimizer,
-            strategy=strategy,
-            start=max(batch_size, replicas),
-            job_examples=job_examples,
-            budget_s=budget_s,
-        )
-        choice = recommend(
-            report,
-            batch_size=batch_size,
-            learning_rate=learning_rate,
-            optimizer=optimizer,
-            replicas=replicas,
-        )
+    users = {"batch_size": batch_size, "learning_rate": learning_rate, "optimizer": optimizer}
+    choice, report = _batch_step(
+        build_model, dataset, examples, loss, strategy, users, job_examples, budget_s
+    )
     eps = report.best_examples_per_second if report is not None else None
     left = _rate_budget(time.perf_counter() - began, job_examples, eps, budget_s)
     rate_report, note, rate = None, "", choice.learning_rate
@@ -182,6 +158,26 @@ def tune(
     if verbose:
         print(tuned)
     return tuned
+
+
+def _batch_step(build_model, dataset, examples, loss, strategy, users, job_examples, budget_s):
+    """(Recommendation, BatchSizeReport or None): `before_probing`, else a search."""
+    replicas = strategy.num_replicas_in_sync
+    if examples > 0:
+        choice = before_probing(**users, examples=examples, replicas=replicas)
+        if choice is not None:
+            return choice, None
+    report = find_batch_size(
+        build_model,
+        dataset,
+        loss=loss,
+        optimizer=users["optimizer"],
+        strategy=strategy,
+        start=max(users["batch_size"], replicas),
+        job_examples=job_examples,
+        budget_s=budget_s,
+    )
+    return recommend(report, **users, replicas=replicas), report
 
 
 def _range_test(build_model, dataset, choice, loss, optimizer, strategy, steps, left):
