@@ -127,3 +127,40 @@ def test_a_feed_refuses_what_is_not_data():
         Feed([1, 2, 3], tf.distribute.get_strategy())
     with pytest.raises(TypeError, match="not a tf.data.Dataset"):
         Feed(lambda context: [1, 2], tf.distribute.get_strategy())
+
+
+def test_labels_are_checked_as_the_augment_makes_them(mirrored):
+    def one_hot(x, y, seed):  # the augment changes the labels' form (as mixup does)
+        return x, tf.one_hot(y, 3)
+
+    train = data.pipeline(
+        data.from_arrays(X, Y), batch_size=10, training=True, seed=0, augment=one_hot,
+        strategy=mirrored,
+    )  # fmt: skip
+    trainer = tfaccel.Trainer(
+        _model,
+        optimizer=lambda: keras.optimizers.SGD(0.1),
+        loss=keras.losses.CategoricalCrossentropy(from_logits=True),
+        strategy=mirrored,
+    )
+    feed = trainer.feed(train)  # the probe's labels are one-hot: the loss's check passes
+    assert feed.probe.element_spec[1].shape.as_list() == [None, 3]
+    history = trainer.fit(train, epochs=1, verbose=0)
+    assert np.isfinite(history.history["loss"][0])
+
+
+def test_a_stateful_augment_of_weighted_examples_sees_the_weight(mirrored):
+    seen = []
+
+    def reweigh(x, y, w):  # no seed: stateful; takes the weight
+        seen.append(w.dtype)
+        return x, y, w * 2.0
+
+    w = np.ones(70, "float32")
+    train = data.pipeline(
+        data.from_arrays(X, Y, sample_weight=w), batch_size=10, training=True, seed=0,
+        augment=reweigh, strategy=mirrored,
+    )  # fmt: skip
+    probe = Feed(train, mirrored).probe
+    _, _, weights = next(iter(probe))
+    assert weights.numpy().tolist() == [2.0] * 5

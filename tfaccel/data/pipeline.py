@@ -355,13 +355,12 @@ def _probe_of(stream: stages.Stream) -> Callable[[], tf.data.Dataset]:
 
     def probe() -> tf.data.Dataset:
         dataset = uncached
-        if config.augment is not None:
+        if config.augment is not None and stateless:  # as `stages.seeded` calls it
             fn = on_pairs(config.augment, dataset.element_spec, "augment", seed=0)
-            if stateless:
-                zero = tf.zeros([2], tf.int64)
-                dataset = dataset.map(lambda *element: call(fn, element, seed=zero))
-            else:
-                dataset = dataset.map(fn)
+            zero = tf.zeros([2], tf.int64)
+            dataset = dataset.map(lambda *element: call(fn, element, seed=zero))
+        elif config.augment is not None:  # as `stages.augment` calls it
+            dataset = dataset.map(on_pairs(config.augment, dataset.element_spec, "augment"))
         dataset = dataset.batch(batch, drop_remainder=config.drop_remainder)
         if config.batch_map is not None:
             dataset = dataset.map(on_pairs(config.batch_map, dataset.element_spec, "batch_map"))
