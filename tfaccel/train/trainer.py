@@ -396,14 +396,8 @@ class Trainer:
         verbose = 1 if verbose == "auto" else verbose
         arguments.check_steps("validation_steps", validation_steps)
         callbacks = arguments.callback_list(callbacks)
-        schedule = Schedule(
-            epochs,
-            steps_per_epoch=steps_per_epoch,
-            initial_epoch=initial_epoch,
-            validation_steps=validation_steps,
-            sizer=self._loop_sizer,
-            verbose=verbose,
-        )
+        schedule = Schedule(epochs, steps_per_epoch, initial_epoch, sizer=self._loop_sizer)
+        schedule.validation_steps, schedule.verbose = validation_steps, verbose
         checkpointing = Checkpointing(checkpoint_dir, checkpoint_every, keep, resume)
         faults = FaultPolicy(divergence_loops, restore_on_divergence, exit_on_preemption)
         train = Feed(train_data, self.strategy, what="training")
@@ -417,11 +411,7 @@ class Trainer:
         loop = FitLoop(self.runner, train, schedule, callbacks, checkpointing, faults)
         try:  # the checkpoint directory is this run's until fit ends, however it ends
             self.settings = settings.resolve(self, train, loop.steps_per_epoch)
-            table = settings.format_table(self.settings)
-            if verbose:
-                print(table)
-            else:
-                logger.info(table)
+            (print if verbose else logger.info)(settings.format_table(self.settings))
             self.preempted = False
             history = loop.run()
             compiled.copy_weights_back(self)
