@@ -14,6 +14,7 @@ the rate at that batch, and prints the arguments to pass (`Tuned`).
 """
 
 from tfaccel.tuning.hypermodel import BatchSizeHyperModel
+from tfaccel.tuning.joint import Tuned, tune
 from tfaccel.tuning.largest import largest_batch_size
 from tfaccel.tuning.lr_finder import LRRangeTest, find_learning_rate
 from tfaccel.tuning.lr_report import LearningRateReport
@@ -23,7 +24,6 @@ from tfaccel.tuning.recommend import Recommendation, before_probing, recommend
 from tfaccel.tuning.report import BatchSizeReport, ProbeRow
 from tfaccel.tuning.scaling import resolve_lr_scaling, rule_for, scaled_learning_rate
 from tfaccel.tuning.search import NoBatchSizeFitsError, find_batch_size
-from tfaccel.tuning.tune import Tuned, tune
 
 __all__ = [
     "BatchSizeHyperModel",

@@ -117,7 +117,8 @@ def tune(
         build_model: zero-argument callable returning an uncompiled `keras.Model`.
         data: an unbatched `tf.data.Dataset` of `(x, y)`, or an `(x, y)` tuple of arrays.
         loss: the loss, as for `model.compile`.
-        batch_size, learning_rate: what the job would train with untuned.
+        batch_size: the global batch the job would train with untuned.
+        learning_rate: the rate it would train with untuned.
         optimizer: a Keras optimizer, its name, or a callable building one.
         strategy: a `tf.distribute.Strategy` (batches are global); None → the default.
         epochs: the job's epochs (its size is then epochs × the data's examples).

@@ -47,7 +47,8 @@ class LRRangeTest(keras.callbacks.Callback):
 
     Args:
         control: a `RateControl` on the optimizer.
-        min_lr, max_lr: the ramp's first and last rate.
+        min_lr: the ramp's first rate.
+        max_lr: the ramp's last rate.
         num_steps: steps of the ramp.
         budget_s: stop after this many seconds (None: no limit).
         stop_factor: the divergence threshold (a multiple of the lowest loss).
@@ -297,7 +298,8 @@ def find_learning_rate(
             arrays with `y`.
         y: labels, for array features.
         batch_size: the batch for arrays (default 32, as Keras).
-        min_lr, max_lr: the ramp's range (with a schedule: its base rate).
+        min_lr: the ramp's first rate (with a schedule: its base rate).
+        max_lr: the ramp's last rate.
         num_steps: steps of the ramp (at least `lr_rule.MIN_POINTS`); the data must hold
             that many batches.
         budget_s: stop the ramp after this many seconds.
