@@ -123,3 +123,26 @@ def test_stop_training_takes_effect_within_one_step_at_one_step_per_loop():
     trainer.fit(data, epochs=3, callbacks=[stop], verbose=0)
     assert stop.seen == [0, 1, 2, 3, 4]
     assert int(trainer.step.numpy()) == 5
+
+
+def test_auto_stops_within_one_step_and_says_why_in_the_settings():
+    x = np.random.default_rng(0).normal(size=(2048, 4)).astype("float32")
+    y = (x.sum(axis=1) > 0).astype("int32")
+    data = tf.data.Dataset.from_tensor_slices((x, y)).batch(8)
+    model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(2)])
+    model.compile("sgd", keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    trainer = tfaccel.Trainer(model)  # steps_per_loop="auto"
+    stop = StopAt(7)
+    trainer.fit(data, epochs=1, callbacks=[stop, cb.Throughput(verbose=0)], verbose=0)
+    assert stop.seen == list(range(7)) and int(trainer.step.numpy()) == 7
+    assert trainer.settings["steps_per_loop"] == "1 (per-batch callbacks: StopAt)"
+
+
+def test_the_range_test_gets_one_point_per_step_under_auto():
+    x = np.random.default_rng(0).normal(size=(1024, 4)).astype("float32")
+    y = (x.sum(axis=1) > 0).astype("int32")
+    data = tf.data.Dataset.from_tensor_slices((x, y)).batch(16)
+    model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(2)])
+    model.compile("adam", keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    report = tuning.find_learning_rate(tfaccel.Trainer(model), data, num_steps=30)
+    assert len(report.losses) == report.steps

@@ -272,7 +272,7 @@ def test_a_budget_too_small_for_a_curve_says_so():
 def test_loops_of_several_steps_are_named():
     trainer = tfaccel.Trainer(_model(), steps_per_loop=5)
     report = tuning.find_learning_rate(trainer, _dataset(), num_steps=20)
-    assert report.suggestion is None and "steps_per_loop=1" in report.reason
+    assert report.suggestion is None and "steps_per_loop='auto'" in report.reason
     assert len(report.losses) == 4 and report.steps == 20
 
 

@@ -375,7 +375,7 @@ def _report(ramp: LRRangeTest, control: RateControl, seconds: float) -> Learning
         why = (
             f"the fit called the batch hooks once per loop of several steps ({len(ramp.losses)} "
             f"points for {ramp.done} steps): run the test with one step per loop "
-            "(Trainer(steps_per_loop=1), or 'auto' once it honours per-batch callbacks)"
+            "(a Trainer with steps_per_loop='auto', which caps the loop for it, or 1)"
         )
         read = lr_rule.Suggestion(None, why, [])
     schedule = type(control.schedule).__name__ if control.schedule is not None else None
