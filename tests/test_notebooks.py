@@ -35,7 +35,7 @@ IMAGES = {
     "02_input_pipelines.ipynb": ["throughput-chart"],
     "03_auto_parallelism.ipynb": ["timeline"],
     "04_mixed_precision_and_memory.ipynb": ["precision-chart", "remat-chart"],
-    "05_batch_size.ipynb": ["throughput-knee", "loss-vs-time"],
+    "05_batch_size.ipynb": ["throughput-knee", "loss-vs-time", "lr-finder"],
     "06_distributed_training.ipynb": ["training-curves"],
     "07_doctor.ipynb": ["report-plot", "gains-chart"],
 }
