@@ -35,7 +35,7 @@ import tensorflow as tf
 import tfaccel
 from tfaccel import strict_json
 from tfaccel.data import fingerprint
-from tfaccel.train.checkpoint import CheckpointState
+from tfaccel.train.state.checkpoint import CheckpointState
 
 RESULTS = pathlib.Path(__file__).parent / "results" / "checkpoint.json"
 

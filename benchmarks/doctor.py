@@ -141,7 +141,7 @@ def examples_per_second(contenders: dict, rounds: int) -> dict:
         contenders: {name: (trainer, data, batches per fit)}.
     """
     _, tf, tfaccel = _tf()
-    from tfaccel.train import inputs
+    from tfaccel.train.setup import inputs
 
     def run(trainer, data, batches):
         trainer.fit(data, epochs=1, steps_per_epoch=batches, verbose=0)

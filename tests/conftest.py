@@ -24,7 +24,7 @@ def mirrored():
 
 def pytest_terminal_summary(terminalreporter):
     """One line on the iterator reaper over the whole run (issue: its backlog)."""
-    from tfaccel.train import iterators
+    from tfaccel.train.step import iterators
 
     s = iterators.stats()
     terminalreporter.write_line(

@@ -1,5 +1,5 @@
 """The doctor and the tuner use the Trainer's public, documented members and the runner's
-door (`tfaccel.train.runner_interface.RunnerInterface`) only: no private attribute of a
+door (`tfaccel.train.step.runner_interface.RunnerInterface`) only: no private attribute of a
 Trainer or a runner is read from `tfaccel/doctor/` or `tfaccel/tuning/`."""
 
 import ast
@@ -9,7 +9,7 @@ import re
 
 import pytest
 
-from tfaccel.train.runner_interface import RunnerInterface
+from tfaccel.train.step.runner_interface import RunnerInterface
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 TOOLS = sorted(
@@ -108,7 +108,7 @@ def test_what_is_used_of_a_trainer_is_public_and_documented():
 
 
 def test_the_runner_implements_its_door():
-    from tfaccel.train.runner import Runner
+    from tfaccel.train.step.runner import Runner
 
     methods = {n for n in vars(RunnerInterface) if not n.startswith("_")}
     for name in methods:

@@ -98,7 +98,7 @@ def small_model():
 
 
 def test_save_never_writes_through_a_planted_link(tmp_path):
-    from tfaccel.train import saving
+    from tfaccel.train.state import saving
 
     victim = tmp_path / "victim.txt"
     victim.write_text("precious\n")
@@ -118,7 +118,7 @@ def test_save_onto_a_full_disk_says_so_and_keeps_the_old_file(tmp_path, monkeypa
 
     import keras
 
-    from tfaccel.train import saving
+    from tfaccel.train.state import saving
 
     path = tmp_path / "model.keras"
     saving.save(small_model(), path, tf.distribute.get_strategy())
@@ -141,7 +141,7 @@ def test_save_onto_a_full_disk_says_so_and_keeps_the_old_file(tmp_path, monkeypa
 
 
 def test_save_and_export_below_a_regular_file_name_the_path(tmp_path):
-    from tfaccel.train import saving
+    from tfaccel.train.state import saving
 
     (tmp_path / "notes.txt").write_text("a file, not a folder\n")
     model, strategy = small_model(), tf.distribute.get_strategy()
@@ -155,7 +155,7 @@ def test_save_into_a_read_only_directory_says_so(tmp_path, monkeypatch):
     import errno
     import tempfile
 
-    from tfaccel.train import saving
+    from tfaccel.train.state import saving
 
     def refused(*args, **kwargs):
         raise PermissionError(errno.EACCES, os.strerror(errno.EACCES))
@@ -166,7 +166,7 @@ def test_save_into_a_read_only_directory_says_so(tmp_path, monkeypatch):
 
 
 def test_a_dangling_link_as_checkpoint_dir_is_named(tmp_path):
-    from tfaccel.train import checkpoint_files
+    from tfaccel.train.state import checkpoint_files
 
     link = tmp_path / "checkpoints"
     os.symlink(tmp_path / "gone", link)
@@ -182,7 +182,7 @@ def test_a_cache_name_too_long_for_the_file_system_is_refused_up_front(tmp_path)
 
 
 def test_cleaning_a_checkpoint_dir_spares_files_named_like_temporaries(tmp_path):
-    from tfaccel.train import checkpoint_files
+    from tfaccel.train.state import checkpoint_files
 
     mine = ["notes.tempstate1", "checkpoint.tmpbeef", "model.data.tempstate42"]
     ours = ["ckpt-3.index.tempstate123", "checkpoint.tmp" + "0" * 32]

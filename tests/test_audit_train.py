@@ -301,7 +301,7 @@ def test_a_lock_refresh_on_a_full_disk_says_so_and_leaves_no_temporary_file(tmp_
     import builtins
     import errno
 
-    from tfaccel.train import lock as lock_module
+    from tfaccel.train.state import lock as lock_module
 
     held = lock_module.DirectoryLock(str(tmp_path)).acquire()
     before = (tmp_path / "tfaccel.lock").read_text()

@@ -20,7 +20,7 @@ import tensorflow_datasets as tfds
 
 import tfaccel
 from tfaccel import strict_json
-from tfaccel.train import checkpoint_files, lock
+from tfaccel.train.state import checkpoint_files, lock
 
 JOB = pathlib.Path(__file__).parent / "scripts" / "lock_job.py"
 X = np.random.default_rng(1).normal(size=(64, 4)).astype("float32")

@@ -11,7 +11,7 @@ import pytest
 import tensorflow as tf
 
 import tfaccel
-from tfaccel.train.checkpoint import CheckpointState
+from tfaccel.train.state.checkpoint import CheckpointState
 
 JOB = pathlib.Path(__file__).parent / "scripts" / "train_job.py"
 EPOCHS, STEPS_PER_EPOCH, EXAMPLES = 3, 12, 96

@@ -12,11 +12,11 @@ import pytest
 import tensorflow as tf
 
 from tfaccel.data.feed import Feed
-from tfaccel.train.faults import PreemptionWatcher
-from tfaccel.train.fit_loop import FitLoop, Schedule
-from tfaccel.train.loop_size import LoopSizer
-from tfaccel.train.policies import Checkpointing, FaultPolicy
-from tfaccel.train.runner_interface import LoopResult, Position
+from tfaccel.train.loop.faults import PreemptionWatcher
+from tfaccel.train.loop.fit_loop import FitLoop, Schedule
+from tfaccel.train.loop.loop_size import LoopSizer
+from tfaccel.train.state.policies import Checkpointing, FaultPolicy
+from tfaccel.train.step.runner_interface import LoopResult, Position
 
 
 class FakeModel:

@@ -9,7 +9,7 @@ import weakref
 import numpy as np
 import tensorflow as tf
 
-from tfaccel.train import iterators
+from tfaccel.train.step import iterators
 
 
 class _Tracked:
@@ -117,7 +117,7 @@ def test_a_process_exits_cleanly_with_an_iterator_being_freed():
 
     code = (
         "import tensorflow as tf\n"
-        "from tfaccel.train import iterators\n"
+        "from tfaccel.train.step import iterators\n"
         "data = tf.data.Dataset.range(10**6).map(lambda v: v * 2).repeat()"
         ".batch(64).prefetch(tf.data.AUTOTUNE)\n"
         "for _ in range(3):\n"

@@ -15,7 +15,7 @@ import tensorflow as tf
 import tfaccel
 from tfaccel import data
 from tfaccel.data.feed import Feed
-from tfaccel.train import remainder
+from tfaccel.train.setup import remainder
 
 RNG = np.random.default_rng(0)
 X = RNG.normal(size=(70, 6)).astype("float32")

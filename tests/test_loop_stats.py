@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from tfaccel.train.loop_stats import LoopStats
+from tfaccel.train.step.loop_stats import LoopStats
 
 
 @pytest.mark.parametrize("distributed", [False, True], ids=["default", "mirrored"])

@@ -13,8 +13,8 @@ import pytest
 import tensorflow as tf
 
 import tfaccel
-from tfaccel.train.checkpoint import RunShape
-from tfaccel.train.out_of_memory import split_until_fits
+from tfaccel.train.state.checkpoint import RunShape
+from tfaccel.train.step.out_of_memory import split_until_fits
 
 RNG = np.random.default_rng(0)
 X = RNG.random((96, 6)).astype("float32")

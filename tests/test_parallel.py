@@ -461,7 +461,7 @@ def test_plan_lists_layers_parameters_flops_and_devices():
 
 
 def test_never_xla_compiled():
-    from tfaccel.train import settings
+    from tfaccel.train.setup import settings
 
     pp = pipeline(small_cnn())
     strategy = tf.distribute.get_strategy()

@@ -1,4 +1,4 @@
-"""`tfaccel.train.policies`: Checkpointing and FaultPolicy check their values when made,
+"""`tfaccel.train.state.policies`: Checkpointing and FaultPolicy check their values when made,
 with the messages `Trainer.fit` gives."""
 
 import dataclasses
@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-from tfaccel.train.policies import RESUME_MODES, Checkpointing, FaultPolicy
+from tfaccel.train.state.policies import RESUME_MODES, Checkpointing, FaultPolicy
 
 
 def test_defaults_are_fits():
@@ -88,6 +88,6 @@ def test_a_flag_that_is_not_a_bool(name, value):
 
 
 def test_the_checkpoint_state_uses_the_same_modes_and_keep_check():
-    from tfaccel.train import checkpoint
+    from tfaccel.train.state import checkpoint
 
     assert checkpoint.RESUME_MODES is RESUME_MODES

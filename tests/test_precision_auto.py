@@ -10,7 +10,7 @@ import tensorflow as tf
 import tfaccel
 from tfaccel import precision, precision_probe
 from tfaccel.devices import GPU
-from tfaccel.train import precision_step
+from tfaccel.train.step import precision_step
 
 X = np.random.default_rng(0).random((256, 12), dtype=np.float32)
 Y = (X.sum(axis=1) > 6).astype(np.int32)

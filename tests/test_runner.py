@@ -5,9 +5,9 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from tfaccel.train.losses import PerExampleLoss, resolve_metrics
-from tfaccel.train.runner import Runner
-from tfaccel.train.runner_interface import Position
+from tfaccel.train.step.losses import PerExampleLoss, resolve_metrics
+from tfaccel.train.step.runner import Runner
+from tfaccel.train.step.runner_interface import Position
 
 RNG = np.random.default_rng(0)
 X = RNG.random((64, 4)).astype("float32")

@@ -12,7 +12,7 @@ import tensorflow as tf
 from conftest import CPUS
 
 import tfaccel
-from tfaccel.train import saving
+from tfaccel.train.state import saving
 
 ROOT = pathlib.Path(__file__).parents[1]
 

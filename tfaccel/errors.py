@@ -73,7 +73,7 @@ class CheckpointCorruptError(RuntimeError):
 
 
 class CheckpointLockedError(RuntimeError):
-    """Another run holds the checkpoint directory (see `tfaccel.train.lock`)."""
+    """Another run holds the checkpoint directory (see `tfaccel.train.state.lock`)."""
 
 
 class DroppedExamplesWarning(UserWarning):

@@ -76,7 +76,7 @@ def _check_weights(x: Any, y: Any, sample_weight: Any) -> None:
             "from_arrays: sample_weight was given without labels y; weights go with "
             "(x, y) examples: from_arrays(x, y, sample_weight=w)."
         )
-    from tfaccel.train.array_inputs import check_sample_weight  # train imports data
+    from tfaccel.train.setup.array_inputs import check_sample_weight  # train imports data
 
     try:
         check_sample_weight(x, y, sample_weight)

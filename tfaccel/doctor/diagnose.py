@@ -15,10 +15,12 @@ from tfaccel.doctor import machine, measure, peak, variants
 from tfaccel.doctor import verdict as rules
 from tfaccel.doctor.report import Report
 from tfaccel.doctor.snapshot import Snapshot
-from tfaccel.train import inputs, loop_size, precision_step
-from tfaccel.train.iterators import adopt
-from tfaccel.train.losses import PerExampleLoss
-from tfaccel.train.runner import Runner
+from tfaccel.train.loop import loop_size
+from tfaccel.train.setup import inputs
+from tfaccel.train.step import precision_step
+from tfaccel.train.step.iterators import adopt
+from tfaccel.train.step.losses import PerExampleLoss
+from tfaccel.train.step.runner import Runner
 
 DEFAULT_BUDGET_S = 60.0  # or EPOCH_SHARE of an epoch, whichever is larger
 """Seconds `diagnose` measures for by default (or `EPOCH_SHARE` of an epoch, if larger)."""

@@ -23,7 +23,7 @@ from tfaccel.doctor.verdict import (
     parts,
     worth_listing,
 )
-from tfaccel.train import loop_size
+from tfaccel.train.loop import loop_size
 
 
 def input_fixes(m: Measured) -> list[Fix]:

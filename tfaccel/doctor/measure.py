@@ -15,8 +15,8 @@ import time
 
 import tensorflow as tf
 
-from tfaccel.train.agreement import agree, is_multi_worker  # noqa: F401 - this module's API
-from tfaccel.train.passes import GradientLoops  # noqa: F401 - this module's API
+from tfaccel.train.loop.agreement import agree, is_multi_worker  # noqa: F401 - this module's API
+from tfaccel.train.step.passes import GradientLoops  # noqa: F401 - this module's API
 
 
 def train_calls(runner, iterator, steps: int, calls: int) -> tuple[list[float], list]:

@@ -21,23 +21,14 @@ import keras
 from tfaccel import precision, shared_strategy
 from tfaccel.data.feed import Feed, has_static_batch
 from tfaccel.data.label_contract import check as check_labels
-from tfaccel.train import (
-    accumulation,
-    arguments,
-    array_inputs,
-    compiled,
-    inputs,
-    iterators,
-    loop_size,
-    precision_step,
-    remainder,
-    saving,
-    settings,
-)
-from tfaccel.train.fit_loop import FitLoop, Schedule
-from tfaccel.train.losses import PerExampleLoss, resolve_metrics
-from tfaccel.train.policies import Checkpointing, FaultPolicy
-from tfaccel.train.runner import EVALUATION_STEPS_PER_LOOP, Runner
+from tfaccel.train.loop import loop_size
+from tfaccel.train.loop.fit_loop import FitLoop, Schedule
+from tfaccel.train.setup import arguments, array_inputs, compiled, inputs, remainder, settings
+from tfaccel.train.state import saving
+from tfaccel.train.state.policies import Checkpointing, FaultPolicy
+from tfaccel.train.step import accumulation, iterators, precision_step
+from tfaccel.train.step.losses import PerExampleLoss, resolve_metrics
+from tfaccel.train.step.runner import EVALUATION_STEPS_PER_LOOP, Runner
 
 logger = logging.getLogger("tfaccel")
 
@@ -293,7 +284,7 @@ class Trainer:
         """Trains for `epochs`; returns the Keras `History`.
 
         The arguments up to `validation_freq` are `model.fit`'s, with its meaning (see
-        `tfaccel.train.array_inputs`); arrays become a `tfaccel.data.pipeline`.
+        `tfaccel.train.setup.array_inputs`); arrays become a `tfaccel.data.pipeline`.
 
         Args:
             x: a batched `tf.data.Dataset` (global batch) of `(x, y[, sample_weight])`, a
@@ -372,7 +363,7 @@ class Trainer:
                 changed; `resume="never"` starts from step 0).
             CheckpointLockedError: another live run holds `checkpoint_dir` (its host, pid
                 and times are named). A lock whose process is gone (same host), or not
-                refreshed for `tfaccel.train.lock.STALE_AFTER` seconds (another host), is
+                refreshed for `tfaccel.train.state.lock.STALE_AFTER` seconds (another host), is
                 taken over with a warning.
             TrainingDivergedError: the loss stayed non-finite, or a weight became
                 non-finite (checked once per step loop, before any save).

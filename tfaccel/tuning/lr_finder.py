@@ -28,7 +28,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from tfaccel.train.faults import TrainingDivergedError
+from tfaccel.train.loop.faults import TrainingDivergedError
 from tfaccel.tuning import lr_rule
 from tfaccel.tuning.lr_report import LearningRateReport
 

@@ -23,7 +23,7 @@ import statistics
 import keras
 import tensorflow as tf
 
-from tfaccel.train.iterators import adopt
+from tfaccel.train.step.iterators import adopt
 
 
 @dataclasses.dataclass(frozen=True)

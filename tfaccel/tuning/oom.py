@@ -1,11 +1,11 @@
 """Out-of-memory for the tuners: recognised as the Trainer does, and memory released
-between probes. The recognition and the retry live in `tfaccel.train.out_of_memory`."""
+between probes. The recognition and the retry live in `tfaccel.train.step.out_of_memory`."""
 
 from __future__ import annotations
 
 import keras
 
-from tfaccel.train.out_of_memory import (
+from tfaccel.train.step.out_of_memory import (
     describe_out_of_memory,
     is_out_of_memory,
     split_until_fits,

@@ -31,12 +31,14 @@ import tensorflow as tf
 
 from tfaccel.data import augment_seeds
 from tfaccel.data.feed import INFINITE, Feed
-from tfaccel.train import accumulation, agreement, faults, hyperparameters, iterators
-from tfaccel.train.checkpoint import ITERATOR_KEYS, POSITION_KEYS, CheckpointState
-from tfaccel.train.faults import PreemptionWatcher, TrainingDivergedError
-from tfaccel.train.loop_size import LoopSizer
-from tfaccel.train.policies import Checkpointing, FaultPolicy
-from tfaccel.train.progress import ProgressBar
+from tfaccel.train.loop import agreement, faults
+from tfaccel.train.loop.faults import PreemptionWatcher, TrainingDivergedError
+from tfaccel.train.loop.loop_size import LoopSizer
+from tfaccel.train.loop.progress import ProgressBar
+from tfaccel.train.state import hyperparameters
+from tfaccel.train.state.checkpoint import ITERATOR_KEYS, POSITION_KEYS, CheckpointState
+from tfaccel.train.state.policies import Checkpointing, FaultPolicy
+from tfaccel.train.step import accumulation, iterators
 
 logger = logging.getLogger("tfaccel")
 

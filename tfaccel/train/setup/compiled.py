@@ -89,7 +89,7 @@ def resolve(model, strategy, *, optimizer, loss, loss_weights, metrics, weighted
             model built outside the scope that cannot be copied into it.
         TypeError: an optimizer that is not one (see `arguments.build_optimizer`).
     """
-    from tfaccel.train.arguments import build_optimizer
+    from tfaccel.train.setup.arguments import build_optimizer
 
     given = read(model)
     refuse_run_eagerly(model, given)

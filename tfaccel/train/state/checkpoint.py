@@ -24,10 +24,10 @@ import tensorflow as tf
 
 from tfaccel import strict_json
 from tfaccel.errors import CheckpointCorruptError, CheckpointMismatchError
-from tfaccel.train import checkpoint_files as files
-from tfaccel.train import hyperparameters
-from tfaccel.train.lock import DirectoryLock
-from tfaccel.train.policies import RESUME_MODES, check_keep
+from tfaccel.train.state import checkpoint_files as files
+from tfaccel.train.state import hyperparameters
+from tfaccel.train.state.lock import DirectoryLock
+from tfaccel.train.state.policies import RESUME_MODES, check_keep
 
 # Run-shape entries a resumed run must share (unless resume="force"), with how to name them.
 REFUSED = {

@@ -17,7 +17,7 @@ import uuid
 
 import tensorflow as tf
 
-from tfaccel.train.policies import check_directory_named
+from tfaccel.train.state.policies import check_directory_named
 
 PREFIX = "ckpt"
 CORRUPT = "corrupt"

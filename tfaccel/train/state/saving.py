@@ -20,7 +20,7 @@ import tempfile
 import keras
 import tensorflow as tf
 
-from tfaccel.train.checkpoint import is_chief
+from tfaccel.train.state.checkpoint import is_chief
 
 
 def save(model: keras.Model, filepath, strategy: tf.distribute.Strategy) -> str:

@@ -7,7 +7,7 @@ import time
 
 import tensorflow as tf
 
-from tfaccel.train.steps import unpack
+from tfaccel.train.step.steps import unpack
 
 
 class GradientLoops:

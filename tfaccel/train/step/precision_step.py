@@ -26,10 +26,10 @@ import numpy as np
 import tensorflow as tf
 
 from tfaccel import precision
-from tfaccel.train import iterators
-from tfaccel.train.agreement import agree
-from tfaccel.train.passes import GradientLoops
-from tfaccel.train.runner import build_symbolically
+from tfaccel.train.loop.agreement import agree
+from tfaccel.train.step import iterators
+from tfaccel.train.step.passes import GradientLoops
+from tfaccel.train.step.runner import build_symbolically
 
 SHARE = 0.05  # the timed rounds' cost: at most this share of one epoch
 ROUNDS = 3

@@ -22,16 +22,17 @@ import time
 import keras
 import tensorflow as tf
 
-from tfaccel.train import hyperparameters, inputs, settings
-from tfaccel.train.loop_stats import LoopStats
-from tfaccel.train.losses import PerExampleLoss
-from tfaccel.train.out_of_memory import (
+from tfaccel.train.setup import inputs, settings
+from tfaccel.train.state import hyperparameters
+from tfaccel.train.step.loop_stats import LoopStats
+from tfaccel.train.step.losses import PerExampleLoss
+from tfaccel.train.step.out_of_memory import (
     describe_out_of_memory,
     is_out_of_memory,
     split_until_fits,
 )
-from tfaccel.train.runner_interface import LoopResult, Position
-from tfaccel.train.steps import StepLoops, explain_xla_error, op_determinism
+from tfaccel.train.step.runner_interface import LoopResult, Position
+from tfaccel.train.step.steps import StepLoops, explain_xla_error, op_determinism
 
 EVALUATION_STEPS_PER_LOOP = 100  # test steps per call; they fire no callback
 ON_OOM = ("raise", "accumulate")

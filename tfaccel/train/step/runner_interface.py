@@ -1,7 +1,7 @@
 """The one door between the outer loop and the inner loop.
 
 `FitLoop` (epochs, callbacks, validation, checkpoints, preemption), `tfaccel.tuning`
-and diagnostics drive training only through this interface; `tfaccel.train.runner.Runner`
+and diagnostics drive training only through this interface; `tfaccel.train.step.runner.Runner`
 implements it with `tf.function` step loops, and tests implement it with a few lines of
 Python (no TensorFlow step at all).
 

@@ -6,7 +6,7 @@ import re
 
 import tensorflow as tf
 
-from tfaccel.train.losses import PerExampleLoss
+from tfaccel.train.step.losses import PerExampleLoss
 
 
 def unpack(data):

@@ -1,0 +1,1 @@
+"""The outer loop of `fit`: epochs, callbacks, validation, loop sizing, faults."""

@@ -1,0 +1,1 @@
+"""Before the first step: arguments, arrays, a compiled model's settings, checks."""

@@ -1,0 +1,1 @@
+"""The run's stored state: checkpoints, the run lock, hyperparameters, saving."""

@@ -1,0 +1,1 @@
+"""The runner (the inner loop behind `runner_interface`) and its compiled steps."""
