@@ -1,5 +1,7 @@
-"""The input's one owner (issue 38): pipeline builds per `fit`, and the time from the `fit`
-call to the end of the first step, before and after, in fresh processes, alternating.
+"""The input's one owner (issue 38): pipeline builds per `fit`, the time from the `fit` call
+to the end of the first step and to `on_train_begin` (checks, builds and the iterator
+done; the first step adds the step's tracing and the shuffle buffer's fill), before and
+after, in fresh processes, alternating.
 
 Job: two replicas (two logical CPUs), `data.pipeline` over 50,000 examples with a
 preprocess map (and a stateless augment), shuffled, global batch 256; a small MLP.
@@ -57,7 +59,9 @@ trainer = tfaccel.Trainer(
     loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True), strategy=strategy)
 
 class FirstStep(keras.callbacks.Callback):
-    at = None
+    at = begun = None
+    def on_train_begin(self, logs=None):  # the checks, the builds, the iterator: done
+        FirstStep.begun = time.perf_counter()
     def on_train_batch_end(self, batch, logs=None):
         if FirstStep.at is None:
             FirstStep.at = time.perf_counter()
@@ -66,6 +70,7 @@ began = time.perf_counter()
 trainer.fit(train, epochs=1, steps_per_epoch=3, verbose=0, callbacks=[FirstStep()])
 print("RESULT", json.dumps({
     "first_step_s": FirstStep.at - began,
+    "setup_s": FirstStep.begun - began,
     "builds_in_pipeline": at_pipeline["preprocess"],
     "builds_in_fit": builds["preprocess"] - at_pipeline["preprocess"],
     "augment_traces_in_fit": builds["augment"] - at_pipeline["augment"],
@@ -102,6 +107,7 @@ def main() -> None:
             runs[name].append(run(args.before if name == "before" else after))
             print(name, runs[name][-1], flush=True)
     first = {k: statistics.median(v["first_step_s"] for v in runs[k]) for k in runs}
+    setup = {k: statistics.median(v["setup_s"] for v in runs[k]) for k in runs}
     result = {
         "job": "2 replicas, data.pipeline over 50,000 examples (preprocess + stateless "
         "augment, shuffled), global batch 256, MLP 32-64-10",
@@ -109,6 +115,8 @@ def main() -> None:
         "fresh_processes": True,
         "first_step_s_median": first,
         "first_step_ratio_after_over_before": first["after"] / first["before"],
+        "setup_s_median": setup,
+        "setup_ratio_after_over_before": setup["after"] / setup["before"],
         "builds_in_fit": {k: runs[k][0]["builds_in_fit"] for k in runs},
         "builds_in_pipeline_call": {k: runs[k][0]["builds_in_pipeline"] for k in runs},
         "augment_traces_in_fit": {k: runs[k][0]["augment_traces_in_fit"] for k in runs},
