@@ -15,6 +15,7 @@ from tfaccel.data.cache import (
     StaleCacheWarning,
 )
 from tfaccel.data.csv_source import from_csv
+from tfaccel.data.feed import Feed
 from tfaccel.data.generators import from_generator
 from tfaccel.data.images import from_image_folder
 from tfaccel.data.label_contract import check
@@ -30,6 +31,7 @@ __all__ = [
     "CacheMismatchError",
     "CacheMismatchWarning",
     "DatasetFn",
+    "Feed",
     "Plan",
     "StaleCacheWarning",
     "Step",
