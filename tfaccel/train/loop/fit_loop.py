@@ -168,6 +168,7 @@ class FitLoop:
                 checkpointing.directory,
                 runner.strategy,
                 checkpointing.keep,
+                asynchronous=checkpointing.asynchronous,
                 **runner.checkpoint_items(),
             )
         self.bad_loops = 0
@@ -332,6 +333,7 @@ class FitLoop:
                 if self.runner.model.stop_training:
                     break
             self._save()
+            self._wait_for_save()
         self.callbacks.on_train_end(epoch_logs)
         return self.runner.model.history
 
@@ -443,8 +445,14 @@ class FitLoop:
             self._restore_last_good()
             raise TrainingDivergedError(step, self.bad_loops, loop_loss)
 
+    def _wait_for_save(self) -> None:
+        """The end of `fit` and a preemption: the save in flight is written and published."""
+        if self.ckpt is not None:
+            self.ckpt.wait()
+
     def _stop_for_preemption(self, epoch_logs):
         self._save()
+        self._wait_for_save()  # only a complete checkpoint lets the process exit 0
         self.preempted = True
         self.callbacks.on_train_end(epoch_logs)
         step = self.runner.position.step

@@ -7,6 +7,14 @@ optimizer type, dataset fingerprint). Only the chief writes the real checkpoint;
 other workers of a multi-worker job take part in the save (it may be a collective)
 and write to a private temporary directory, which they delete afterwards.
 
+Saves are asynchronous by default (`asynchronous=True`): `save` holds the step loop only
+while every saved tensor is copied to host memory (`async_save.snapshot`, which also
+serializes the input iterator's position); a background thread writes the files,
+index last, and then publishes the checkpoint (state file rewritten, old ones
+rotated). One save is in flight at a time: the next `save`, `restore`, `latest`,
+`wait` and `close` wait for it. Multi-worker jobs save synchronously: each worker's
+copy, and any collective a saved value needs, stays in step with the others'.
+
 Restore never treats a directory holding checkpoint files as empty: it tries the
 newest checkpoint, then older ones, moving each unreadable one aside to
 `<dir>/corrupt/` with a warning (only once a readable one is found); when none can
@@ -24,8 +32,8 @@ import tensorflow as tf
 
 from tfaccel import strict_json
 from tfaccel.errors import CheckpointCorruptError, CheckpointMismatchError
+from tfaccel.train.state import async_save, hyperparameters
 from tfaccel.train.state import checkpoint_files as files
-from tfaccel.train.state import hyperparameters
 from tfaccel.train.state.lock import DirectoryLock
 from tfaccel.train.state.policies import RESUME_MODES, check_keep
 
@@ -88,6 +96,8 @@ class CheckpointState:
         directory: where checkpoints live.
         strategy: the trainer's strategy (decides who writes for real).
         keep: how many checkpoints to keep.
+        asynchronous: write files on a background thread (single-worker jobs only;
+            synchronous where this TensorFlow lacks what `async_save` needs).
         **objects: trackables to save (model, optimizer, step, epoch, iterator...).
 
     Raises:
@@ -97,7 +107,9 @@ class CheckpointState:
         CheckpointLockedError: another live run holds `directory`.
     """
 
-    def __init__(self, directory: str, strategy, keep: int = 3, **objects):
+    def __init__(
+        self, directory: str, strategy, keep: int = 3, *, asynchronous: bool = True, **objects
+    ):
         check_keep(keep)
         self.directory = os.fspath(directory)
         self.keep = keep
@@ -107,6 +119,9 @@ class CheckpointState:
         self.run_shape = RunShape()
         self.objects["run_shape"] = self.run_shape
         self.checkpoint = tf.train.Checkpoint(**self.objects)
+        workers = getattr(strategy.extended, "_num_workers", 1)
+        self.asynchronous = asynchronous and workers == 1 and async_save.available(self.checkpoint)
+        self.writer = async_save.Writer()
         self._write_dir = self.directory
         # The chief owns the directory until `close()` (see `lock.py`).
         self.lock = DirectoryLock(self.directory).acquire() if self.chief else None
@@ -127,10 +142,21 @@ class CheckpointState:
         self.changed: dict = {}
         self.new_metrics: list[str] = []
 
+    def wait(self) -> None:
+        """Waits until the save in flight is written and published (raises its OSError)."""
+        self.writer.wait()
+
     def close(self) -> None:
-        """Releases the directory (removes the lock file); call when `fit` ends."""
-        if self.lock is not None:
-            self.lock.release()
+        """Completes the save in flight, then releases the directory (removes the lock
+        file); call when `fit` ends, however it ends. A failed save is warned about here,
+        not raised, so it does not hide the exception that ended `fit`."""
+        try:
+            self.wait()
+        except Exception as error:  # noqa: BLE001 - warned, see the docstring
+            warnings.warn(f"The last checkpoint could not be saved: {error}", stacklevel=2)
+        finally:
+            if self.lock is not None:
+                self.lock.release()
 
     def set(self, name: str, trackable) -> None:
         """Replaces a saved object (e.g. a new input iterator)."""
@@ -161,6 +187,7 @@ class CheckpointState:
         """
         if resume not in RESUME_MODES:
             raise ValueError(f"resume must be one of {RESUME_MODES}, got {resume!r}.")
+        self.wait()
         if run_shape is not None:
             self.run_shape.value = dict(run_shape)
         if resume == "never":
@@ -336,16 +363,18 @@ class CheckpointState:
     # -- save ----------------------------------------------------------------------------
 
     def save(self, step: int) -> str:
-        """Writes checkpoint `step` (every worker must call it), then rotates old ones.
+        """Saves checkpoint `step` (every worker must call it), then rotates old ones.
 
         The state file is rewritten only after the checkpoint is complete, and older
         checkpoints are deleted only after that, so a crash at any moment leaves the
-        previous checkpoints loadable.
+        previous checkpoints loadable. Asynchronous: returns once the state is copied
+        to host memory; the write's errors are raised by the next `save` or `wait`.
 
         Raises:
             NotADirectoryError: the directory was replaced by a file during training.
             OSError: it cannot be written any more (named, with TensorFlow's reason).
         """
+        self.wait()  # one save in flight at a time
         if os.path.exists(self._write_dir) and not os.path.isdir(self._write_dir):
             raise NotADirectoryError(
                 f"Cannot save checkpoint {step}: checkpoint_dir {self._write_dir!r} is a "
@@ -356,8 +385,25 @@ class CheckpointState:
             self._recreate(step)
         if self.lock is not None:
             self.lock.refresh()  # CheckpointLockedError if another run took it over
+        held = None
+        if self.asynchronous:
+            try:
+                held = async_save.snapshot(self.checkpoint)
+            except NotImplementedError:
+                held = None  # e.g. a registered saver: this save is synchronous
+        if held is None:
+            return self._write(step, None)
+        self.writer.submit(lambda: self._write(step, held), f"checkpoint {step}")
+        return files.prefix(self._write_dir, step)
+
+    def _write(self, step: int, held: dict | None) -> str:
+        """Writes checkpoint `step` (from a snapshot, or the live state), then publishes it."""
         try:
-            path = self.checkpoint.write(files.prefix(self._write_dir, step))
+            prefix = files.prefix(self._write_dir, step)
+            if held is None:
+                path = self.checkpoint.write(prefix)
+            else:
+                path = async_save.write(held, prefix)
         except (tf.errors.OpError, OSError) as error:
             reason = getattr(error, "message", None) or str(error)
             raise OSError(
@@ -396,6 +442,7 @@ class CheckpointState:
     @property
     def latest(self) -> str | None:
         """The newest checkpoint's path prefix, from the files (not the state file)."""
+        self.wait()
         present = [n for n in files.numbers(self.directory) if n not in self.superseded]
         return files.prefix(self.directory, present[0]) if present else None
 

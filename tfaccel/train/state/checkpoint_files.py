@@ -25,6 +25,7 @@ _FILE = re.compile(rf"^{PREFIX}-(\d+)\.(index|data-\d+-of-\d+)$")
 _STATE_ENTRY = re.compile(r'^\s*(?:all_)?model_checkpoint_paths?:\s*"([^"]+)"', re.MULTILINE)
 # What our saves leave behind, and nothing a user could have named alike: TensorFlow's
 # shard folder and partial files of our own `ckpt-N` prefix, our uuid-named state file.
+_UNFINISHED = re.compile(rf"^{PREFIX}-(\d+)_temp$")  # TensorFlow's shard folder of a save
 _TEMPORARY = re.compile(
     rf"^({PREFIX}-\d+_temp.*|checkpoint\.tmp[0-9a-f]{{32}}|{PREFIX}-\d+\.\S*\.tempstate\d+)$"
 )
@@ -139,12 +140,26 @@ def delete(directory: str, number: int) -> None:
 
 
 def remove_temporaries(directory: str) -> list[str]:
-    """Removes what interrupted saves left behind; returns the names removed."""
+    """Removes what interrupted saves left behind; returns the names removed.
+
+    That includes the data file of a save killed after it moved its data out of
+    `ckpt-N_temp/` and before its index was in place: the folder is deleted only
+    after the index is, so data of `ckpt-N` without an index, next to that folder,
+    is an unfinished save (never published), not a damaged checkpoint.
+    """
     removed = []
     if not tf.io.gfile.isdir(directory):
         return removed
-    for name in tf.io.gfile.listdir(directory):
-        name = name.rstrip("/")
+    names = [name.rstrip("/") for name in tf.io.gfile.listdir(directory)]
+    unfinished = {int(m.group(1)) for m in map(_UNFINISHED.match, names) if m}
+    for name in names:
+        match = _FILE.match(name)
+        if match and int(match.group(1)) in unfinished:
+            number = int(match.group(1))
+            if f"{PREFIX}-{number}.index" not in names:
+                tf.io.gfile.remove(os.path.join(directory, name))
+                removed.append(name)
+    for name in names:
         if not _TEMPORARY.match(name):
             continue
         path = os.path.join(directory, name)

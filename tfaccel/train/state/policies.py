@@ -71,10 +71,14 @@ class Checkpointing:
         every: "epoch" or a number of applied steps >= 1.
         keep: how many checkpoints to keep (>= 1).
         resume: "auto", "force" or "never" (see `Trainer.fit`).
+        asynchronous: write checkpoint files on a background thread; the step loop
+            waits only while the state is copied to host memory (see
+            `checkpoint.CheckpointState`). Multi-worker jobs always save synchronously.
 
     Raises:
         ValueError: `every` neither "epoch" nor an integer >= 1, `resume` not one of
-            `RESUME_MODES`, `directory` "", or `keep` not an integer >= 1.
+            `RESUME_MODES`, `directory` "", `keep` not an integer >= 1, or
+            `asynchronous` not True/False.
         TypeError: `directory` neither None, a string nor a path.
     """
 
@@ -82,10 +86,12 @@ class Checkpointing:
     every: int | str = "epoch"
     keep: int = 3
     resume: str = "auto"
+    asynchronous: bool = True
 
     def __post_init__(self):
         check_checkpoint_every(self.every)
         check_resume(self.resume)
+        _check_bool("asynchronous", self.asynchronous)
         if self.directory is not None:
             object.__setattr__(self, "directory", check_directory_named(self.directory))
             check_keep(self.keep)
