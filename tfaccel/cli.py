@@ -190,6 +190,73 @@ def _check(args: argparse.Namespace) -> int:
     return 1 if any(r.status == check.FAILED for r in results) else 0
 
 
+def _data_service(args: argparse.Namespace) -> int:
+    from tfaccel import data_service_server as server
+
+    try:
+        if args.role == "dispatcher":
+            if args.host_note:
+                server.say_no_authentication("dispatcher")
+            workers = [w for w in (args.worker_addresses or "").split(",") if w]
+            server.serve_dispatcher(args.port, args.work_dir, workers, args.worker_timeout_ms)
+        else:
+            if args.host_note:
+                server.say_no_authentication("worker")
+            server.serve_worker(args.dispatcher, args.port, args.host, args.heartbeat_ms)
+    except (server.PortInUseError, ValueError) as error:
+        print(f"tfaccel data-service {args.role}: {error}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+    return 0
+
+
+def _add_data_service(commands) -> None:
+    service = commands.add_parser(
+        "data-service",
+        help="run a tf.data service dispatcher or worker (preprocessing on other processes)",
+        description="Runs one server of the tf.data service, for data.pipeline(..., "
+        "service='grpc://HOST:PORT'): a dispatcher, then any number of workers pointed at "
+        "it, from any scheduler (srun, a Kubernetes pod, a Ray task). The servers listen on "
+        "every interface and the service has NO AUTHENTICATION: run it on a trusted "
+        "network only.",
+    )
+    roles = service.add_subparsers(dest="role", metavar="ROLE", required=True)
+    dispatcher = roles.add_parser(
+        "dispatcher",
+        help="the dispatcher: hands the pipeline's work to the workers",
+        description="Starts a dispatcher on --port (every interface; no authentication).",
+    )
+    dispatcher.add_argument("--port", type=int, required=True, help="port to listen on")
+    dispatcher.add_argument(
+        "--work-dir",
+        metavar="D",
+        help="journal directory: a dispatcher restarted with the same D recovers its jobs",
+    )
+    dispatcher.add_argument(
+        "--worker-addresses",
+        metavar="H:P,...",
+        help="the fixed list of workers, needed by static sharding (service_mode='static')",
+    )
+    dispatcher.add_argument(
+        "--worker-timeout-ms", type=int, metavar="MS", help="drop a silent worker after MS"
+    )
+    worker = roles.add_parser(
+        "worker",
+        help="a worker: runs the pipelines the dispatcher hands it",
+        description="Starts a worker of the dispatcher at --dispatcher (no authentication).",
+    )
+    worker.add_argument("--dispatcher", required=True, metavar="HOST:P", help="the dispatcher")
+    worker.add_argument("--port", type=int, default=0, help="port to listen on (0: any free)")
+    worker.add_argument(
+        "--host", help="the name clients reach this worker by (default: this machine's name)"
+    )
+    worker.add_argument("--heartbeat-ms", type=int, metavar="MS", help="report every MS")
+    for parser in (dispatcher, worker):
+        parser.add_argument("--quiet", dest="host_note", action="store_false", help=argparse.SUPPRESS)
+    service.set_defaults(handler=_data_service)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="tfaccel", description="Fast Keras training on GPUs and clusters."
@@ -285,6 +352,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     doctor.add_argument("recipe_args", nargs=argparse.REMAINDER, metavar="...")
     doctor.set_defaults(handler=_doctor)
+    _add_data_service(commands)
     return parser
 
 

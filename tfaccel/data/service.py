@@ -1,0 +1,214 @@
+"""Preprocessing on tf.data service workers: `local(n)` starts them on this machine.
+
+`local(n)` is a context manager: a dispatcher and `n` worker processes (each
+`python -m tfaccel data-service ...`, in its own process group, killed with this
+process even on SIGKILL, `PR_SET_PDEATHSIG`), addressed by loopback, stopped on exit,
+on an exception and on Ctrl-C. On a cluster, start the same servers with
+`tfaccel data-service dispatcher --port P` and `tfaccel data-service worker
+--dispatcher HOST:P`, and pass `service="grpc://HOST:P"` to `data.pipeline`.
+
+TensorFlow's servers listen on every interface (they have no bind address), and the
+service has no authentication: use it on a trusted machine or network.
+
+Example:
+    >>> with data.service.local(2) as service:                       # doctest: +SKIP
+    ...     ds = data.pipeline(source, batch_size=64, training=True,
+    ...                        preprocess=decode, service=service)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import select
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+from tfaccel import data_service_server as server
+from tfaccel.data_service_server import PortInUseError
+
+MODES = ("dynamic", "static")
+"""`service_mode` values: "dynamic" (`distributed_epoch`, the default) or "static"."""
+
+__all__ = ["MODES", "LocalService", "PortInUseError", "ServiceError", "local"]
+
+
+class ServiceError(RuntimeError):
+    """A tf.data service could not be started, or its dispatcher is gone."""
+
+
+@dataclasses.dataclass
+class LocalService:
+    """A dispatcher and worker processes on this machine (made by `local`).
+
+    Attributes:
+        address: the dispatcher's address, "grpc://localhost:PORT".
+        workers: the number of workers started.
+        worker_addresses: each worker's "localhost:PORT".
+        processes: the dispatcher's process, then the workers'.
+    """
+
+    address: str
+    workers: int
+    worker_addresses: list[str]
+    processes: list[subprocess.Popen]
+
+    def __enter__(self) -> LocalService:
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self.close()
+
+    @property
+    def dispatcher(self) -> subprocess.Popen:
+        """The dispatcher's process."""
+        return self.processes[0]
+
+    @property
+    def worker_processes(self) -> list[subprocess.Popen]:
+        """The workers' processes."""
+        return self.processes[1:]
+
+    def alive(self) -> bool:
+        """Whether the dispatcher still runs."""
+        return self.dispatcher.poll() is None
+
+    def check(self) -> None:
+        """Raises `ServiceError` when the dispatcher has exited."""
+        if not self.alive():
+            raise ServiceError(
+                f"the tf.data service dispatcher at {self.address} has exited (status "
+                f"{self.dispatcher.returncode}); its jobs are gone. Start a new service."
+            )
+
+    def close(self, grace_s: float = 5.0) -> None:
+        """Stops every process (SIGTERM to its group, SIGKILL after `grace_s`)."""
+        _stop(self.processes, grace_s)
+
+    def __repr__(self) -> str:
+        return f"LocalService({self.address!r}, workers={self.workers})"
+
+
+def local(
+    workers: int = 2,
+    *,
+    start_timeout_s: float = 120.0,
+    worker_timeout_ms: int = 4000,
+    port: int = 0,
+) -> LocalService:
+    """Starts a dispatcher and `workers` worker processes on this machine.
+
+    Use it as a context manager; the processes end with the block (or `close()`), with
+    this process (even when it is killed), on an exception and on Ctrl-C.
+
+    Args:
+        workers: worker processes (>= 1): each runs the pipeline's preprocessing with
+            its own Python interpreter (its own GIL).
+        start_timeout_s: how long the servers may take to start.
+        worker_timeout_ms: how long the dispatcher waits on a silent worker before
+            handing its work to the others.
+        port: the dispatcher's port (0: a free one).
+
+    Raises:
+        ValueError: `workers` is not a positive int.
+        PortInUseError: `port` is taken.
+        ServiceError: a server did not start in time, or exited while starting.
+    """
+    if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
+        raise ValueError(f"workers must be a positive int, got {workers!r}.")
+    server.check_port_free(port)
+    from tfaccel.launch import free_ports
+
+    ports = free_ports(workers + 1)
+    port = port or ports[0]
+    address = f"localhost:{port}"
+    addresses = [f"localhost:{p}" for p in ports[1:]]
+    deadline = time.monotonic() + start_timeout_s
+    processes: list[subprocess.Popen] = []
+    try:  # all at once: a worker waits for its dispatcher
+        command = ["dispatcher", "--port", str(port), "--worker-addresses", ",".join(addresses)]
+        processes.append(_start(command + ["--worker-timeout-ms", str(worker_timeout_ms)]))
+        for worker_port in ports[1:]:
+            command = ["worker", "--dispatcher", address, "--port", str(worker_port)]
+            processes.append(_start(command + ["--host", "localhost", "--heartbeat-ms", "500"]))
+        _ready_line(processes[0], deadline, "the dispatcher")
+        for index, process in enumerate(processes[1:]):
+            _ready_line(process, deadline, f"worker {index}")
+    except BaseException:
+        _stop(processes, 1.0)
+        raise
+    return LocalService(f"grpc://{address}", workers, addresses, processes)
+
+
+def _start(arguments: list[str]) -> subprocess.Popen:
+    """One server process in its own group, killed when this process dies."""
+    from tfaccel.launch import _die_with_parent
+
+    parent = os.getpid()
+
+    def setup():
+        _die_with_parent()
+        if os.getppid() != parent:
+            os._exit(128 + signal.SIGKILL)
+
+    environment = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", CUDA_VISIBLE_DEVICES="")
+    return subprocess.Popen(
+        [sys.executable, "-m", "tfaccel", "data-service", *arguments, "--quiet"],
+        stdout=subprocess.PIPE,
+        stderr=tempfile.TemporaryFile(mode="w+"),  # read on failure; a pipe could fill
+        text=True,
+        start_new_session=True,
+        preexec_fn=setup,
+        env=environment,
+    )
+
+
+def _ready_line(process: subprocess.Popen, deadline: float, what: str) -> str:
+    """The server's ready line; raises `ServiceError` (with its stderr) if it exits or is late."""
+    while True:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise ServiceError(f"{what} of the local tf.data service did not start in time.")
+        readable, _, _ = select.select([process.stdout], [], [], min(left, 0.5))
+        if readable:
+            line = process.stdout.readline()
+            if line.startswith(server.READY):
+                return line.strip()
+            if line:
+                continue
+        if process.poll() is not None:
+            process.stderr.seek(0)
+            error = process.stderr.read().strip().splitlines()
+            tail = "\n".join(error[-5:])
+            if "port" in tail and "in use" in tail:
+                raise PortInUseError(tail)
+            raise ServiceError(
+                f"{what} of the local tf.data service exited while starting "
+                f"(status {process.returncode}):\n{tail}"
+            )
+
+
+def _stop(processes: list[subprocess.Popen], grace_s: float) -> None:
+    """SIGTERM to each process group, SIGKILL to what is left after `grace_s`; reaped."""
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        for process in processes:
+            if process.poll() is None:
+                try:
+                    os.killpg(process.pid, sig)
+                except ProcessLookupError:
+                    pass
+        deadline = time.monotonic() + grace_s
+        for process in processes:
+            try:
+                process.wait(max(deadline - time.monotonic(), 0.01))
+            except subprocess.TimeoutExpired:
+                pass
+        if all(process.poll() is not None for process in processes):
+            break
+    for process in processes:
+        for stream in (process.stdout, process.stderr):
+            if stream is not None:
+                stream.close()

@@ -1,0 +1,124 @@
+"""The tf.data service's servers, one per process: what `tfaccel data-service` runs.
+
+`serve_dispatcher` and `serve_worker` start a `tf.data.experimental.service`
+`DispatchServer` / `WorkerServer`, print one line saying where it listens (the line
+`tfaccel.data.service.local` waits for) and serve until killed. Only TensorFlow is
+imported, and only when a server starts.
+"""
+
+from __future__ import annotations
+
+import socket
+import sys
+
+NO_AUTHENTICATION = (
+    "the tf.data service has no authentication or encryption: anyone who can reach "
+    "this port can read the data and run pipelines here. Run it on a trusted network only."
+)
+READY = "tfaccel data-service ready:"
+"""The start of the line a server prints once it listens."""
+
+
+class PortInUseError(OSError):
+    """The port a server was asked to listen on is taken."""
+
+
+def check_port_free(port: int) -> None:
+    """Raises `PortInUseError` when `port` (non-zero) cannot be bound on this machine.
+
+    TensorFlow's servers listen on every interface, so every interface is tried.
+    """
+    if not port:
+        return
+    for family, host in ((socket.AF_INET, "0.0.0.0"), (socket.AF_INET, "127.0.0.1")):
+        with socket.socket(family, socket.SOCK_STREAM) as probe:
+            try:
+                probe.bind((host, port))
+            except OSError as error:
+                raise PortInUseError(
+                    f"port {port} is in use on this machine ({error.strerror}); choose "
+                    "another --port, or stop what listens there (e.g. `ss -ltnp | grep "
+                    f":{port}`)."
+                ) from None
+
+
+def serve_dispatcher(
+    port: int,
+    work_dir: str | None = None,
+    worker_addresses: list[str] | None = None,
+    worker_timeout_ms: int | None = None,
+) -> None:
+    """Starts a dispatcher on `port` (0: a free one), prints where, serves for ever.
+
+    Args:
+        port: the port to listen on (every interface; TensorFlow has no bind address).
+        work_dir: a directory for the dispatcher's journal: restarted with the same
+            one, it recovers its jobs (fault-tolerant mode).
+        worker_addresses: the fixed list of workers ("host:port"), needed by static
+            sharding (`mode="static"`); None accepts any worker.
+        worker_timeout_ms: how long a silent worker stays registered.
+
+    Raises:
+        PortInUseError: `port` is taken.
+    """
+    check_port_free(port)
+    import tensorflow as tf
+
+    service = tf.data.experimental.service
+    settings = {"port": port, "work_dir": work_dir, "fault_tolerant_mode": bool(work_dir)}
+    if worker_addresses:
+        settings["worker_addresses"] = list(worker_addresses)
+    if worker_timeout_ms:
+        settings["worker_timeout_ms"] = int(worker_timeout_ms)
+    server = service.DispatchServer(service.DispatcherConfig(**settings))
+    bound = server.target.rsplit(":", 1)[-1]
+    print(f"{READY} dispatcher port {bound}", flush=True)
+    server.join()
+
+
+def serve_worker(
+    dispatcher: str,
+    port: int = 0,
+    host: str | None = None,
+    heartbeat_ms: int | None = None,
+) -> None:
+    """Starts a worker of the dispatcher at `dispatcher` ("host:port"), serves for ever.
+
+    Args:
+        dispatcher: the dispatcher's address, "host:port" or "grpc://host:port".
+        port: the worker's port (0: a free one).
+        host: the name clients reach this worker by (default: this machine's name).
+        heartbeat_ms: how often the worker reports to the dispatcher.
+
+    Raises:
+        PortInUseError: `port` is taken.
+        ValueError: `dispatcher` is not "host:port".
+    """
+    check_port_free(port)
+    address = dispatcher.removeprefix("grpc://")
+    name, _, number = address.rpartition(":")
+    if not name or not number.isdigit():
+        raise ValueError(f"--dispatcher must be HOST:PORT, got {dispatcher!r}.")
+    import tensorflow as tf
+
+    service = tf.data.experimental.service
+    settings = {
+        "dispatcher_address": address,
+        "worker_address": f"{host or socket.getfqdn()}:%port%",
+        "port": port,
+    }
+    if heartbeat_ms:
+        settings["heartbeat_interval_ms"] = int(heartbeat_ms)
+    server = service.WorkerServer(service.WorkerConfig(**settings))
+    print(f"{READY} worker of {address}", flush=True)
+    server.join()
+
+
+def say_no_authentication(what: str) -> None:
+    """Prints the no-authentication warning for a server listening on every interface."""
+    print(
+        f"tfaccel data-service {what}: listening on every interface of this machine; "
+        + NO_AUTHENTICATION,
+        file=sys.stderr,
+        flush=True,
+    )
