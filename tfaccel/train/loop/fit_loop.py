@@ -152,25 +152,7 @@ class FitLoop:
             **runner.run_shape(),  # optimizer type and hyperparameters, accumulate_steps
             "dataset": train.describe_spec(),
         }
-        self.ckpt = None
-        if checkpointing.directory is not None:
-            _warn_if_random_state(train.dataset, checkpointing.directory)
-            identity = train.fingerprint
-            if identity.content is not None:
-                self.run_shape["data"] = str(identity)
-            else:
-                logger.info(
-                    "The training data's content cannot be fingerprinted (%s): a resumed run "
-                    "checks only its element shapes and length.",
-                    identity.how,
-                )
-            self.ckpt = CheckpointState(
-                checkpointing.directory,
-                runner.strategy,
-                checkpointing.keep,
-                asynchronous=checkpointing.asynchronous,
-                **runner.checkpoint_items(),
-            )
+        self.ckpt = self._checkpoints(train, checkpointing)
         self.bad_loops = 0
         self.last_saved = None
         self.saveable = False
@@ -178,6 +160,29 @@ class FitLoop:
         self.preempt_at_epoch_end = False
         self.preempted = False
         self.notes: dict = {}  # additions to the settings table (what changed on resume)
+
+    def _checkpoints(self, train: Feed, checkpointing: Checkpointing):
+        """The run's `CheckpointState` (None without a directory); the data's fingerprint
+        joins the run shape, and a warning names random ops a resume cannot replay."""
+        if checkpointing.directory is None:
+            return None
+        _warn_if_random_state(train.dataset, checkpointing.directory)
+        identity = train.fingerprint
+        if identity.content is not None:
+            self.run_shape["data"] = str(identity)
+        else:
+            logger.info(
+                "The training data's content cannot be fingerprinted (%s): a resumed run "
+                "checks only its element shapes and length.",
+                identity.how,
+            )
+        return CheckpointState(
+            checkpointing.directory,
+            self.runner.strategy,
+            checkpointing.keep,
+            asynchronous=checkpointing.asynchronous,
+            **self.runner.checkpoint_items(),
+        )
 
     def close(self) -> None:
         """Releases the checkpoint directory; `fit` calls it however it ends."""
