@@ -351,7 +351,12 @@ class CheckpointState:
         present = files.numbers(self.directory)
         latest = files.state_latest(self.directory)
         if latest is None or os.path.basename(latest) != f"{files.PREFIX}-{max(present)}":
-            if not failed:
+            # Naming an older checkpoint that is there: a save killed after its files were
+            # complete and before it was published (rewritten here, nothing to warn about).
+            behind = latest is not None and os.path.basename(latest) in {
+                f"{files.PREFIX}-{n}" for n in present
+            }
+            if not failed and not behind:
                 warnings.warn(
                     f"The state file of {self.directory} is missing, unreadable or stale "
                     f"(it names {latest}); rewrote it from the checkpoint files and resumed "
