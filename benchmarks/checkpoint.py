@@ -14,6 +14,16 @@ fingerprint`): `from_arrays` over 1,000,000 rows (32 float32 features + an int64
 label), fingerprinted as the Trainer does it (median of five); it must stay under
 0.2 s.
 
+Asynchronous saves (`--async`): a model of >= 100 MB of variables (dense layers,
+SGD with momentum: the checkpoint is twice that) trained with `Trainer.fit`, saving
+every `--every` steps, run without checkpoints, with synchronous saves
+(`Checkpointing(asynchronous=False)`) and with asynchronous ones (the default),
+alternating, `--rounds` times. Reports the step loop's stall per save (the time
+`CheckpointState.save` holds the loop: the host copy, plus any wait for the previous
+write), async / sync (target <= 0.2), and examples/s over the whole `fit` (its final
+wait included) with saves / without (target >= 0.95 with async). Writes
+`benchmarks/results/checkpoint_async.json` (not with `--quick`).
+
 Run: `python benchmarks/checkpoint.py [--quick]`; writes
 `benchmarks/results/checkpoint.json`. `--quick` uses ResNet-18 on 64×64 inputs and
 three saves (seconds); the full run (ResNet-50, 224×224, seven saves) takes about a
@@ -23,6 +33,7 @@ minute on a CPU, most of it building the model.
 from __future__ import annotations
 
 import argparse
+import functools
 import pathlib
 import statistics
 import tempfile
@@ -35,9 +46,12 @@ import tensorflow as tf
 import tfaccel
 from tfaccel import strict_json
 from tfaccel.data import fingerprint
+from tfaccel.train import trainer as trainer_module
 from tfaccel.train.state.checkpoint import CheckpointState
+from tfaccel.train.state.policies import Checkpointing
 
 RESULTS = pathlib.Path(__file__).parent / "results" / "checkpoint.json"
+ASYNC_RESULTS = RESULTS.with_name("checkpoint_async.json")
 
 
 def build_trainer(depth: int, size: int) -> tfaccel.Trainer:
@@ -76,10 +90,105 @@ def fingerprint_seconds(rows: int = 1_000_000, repeats: int = 5) -> dict:
     }
 
 
+def dense_trainer(width: int, features: int) -> tfaccel.Trainer:
+    """Dense layers features -> width -> width -> features -> 10, SGD with momentum."""
+
+    def build():
+        keras.utils.set_random_seed(0)
+        hidden = [keras.layers.Dense(width, activation="relu") for _ in range(2)]
+        layers = [*hidden, keras.layers.Dense(features), keras.layers.Dense(10)]
+        return keras.Sequential([keras.Input((features,)), *layers])
+
+    return tfaccel.Trainer(
+        build,
+        optimizer=lambda: keras.optimizers.SGD(0.01, momentum=0.9),
+        loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+        strategy=tf.distribute.get_strategy(),
+        steps_per_loop=1,
+    )
+
+
+def timed_fit(trainer, data, steps: int, every: int, mode: str) -> dict:
+    """One `fit` of `steps` steps in mode "none", "sync" or "async": seconds and stalls."""
+    stalls, save = [], CheckpointState.save
+
+    def timed_save(self, step):
+        start = time.perf_counter()
+        try:
+            return save(self, step)
+        finally:
+            stalls.append(time.perf_counter() - start)
+
+    policy = functools.partial(Checkpointing, asynchronous=mode == "async")
+    CheckpointState.save, trainer_module.Checkpointing = timed_save, policy
+    try:
+        with tempfile.TemporaryDirectory() as directory:
+            start = time.perf_counter()
+            trainer.fit(
+                data,
+                epochs=1,
+                steps_per_epoch=steps,
+                verbose=0,
+                checkpoint_dir=None if mode == "none" else directory,
+                checkpoint_every=every,
+                keep=2,
+            )
+            seconds = time.perf_counter() - start
+    finally:
+        CheckpointState.save, trainer_module.Checkpointing = save, Checkpointing
+    return {"seconds": seconds, "stalls": stalls}
+
+
+def async_benchmark(quick: bool, rounds: int, every: int) -> dict:
+    """Stall per save and examples/s: no checkpoints, synchronous, asynchronous saves."""
+    width, features, steps, batch = (1024, 512, 20, 32) if quick else (4608, 1024, 60, 64)
+    trainer = dense_trainer(width, features)
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(batch * 8, features)).astype("float32")
+    y = rng.integers(0, 10, batch * 8).astype("int32")
+    data = tf.data.Dataset.from_tensor_slices((x, y)).batch(batch).repeat()
+    timed_fit(trainer, data, 2, every, "async")  # warm-up: traced, slots made, one save
+    runs = {mode: [] for mode in ("none", "sync", "async")}
+    for _ in range(rounds):
+        for mode in runs:
+            runs[mode].append(timed_fit(trainer, data, steps, every, mode))
+    stall = {
+        m: statistics.median([s for r in runs[m] for s in r["stalls"]]) for m in ("sync", "async")
+    }
+    rate = {m: statistics.median(steps * batch / r["seconds"] for r in runs[m]) for m in runs}
+    weights = sum(w.nbytes for w in trainer.model.get_weights())
+    return {
+        "device": tfaccel.devices.describe()["logical_devices"][0]["name"],
+        "model": f"dense {features}-{width}-{width}-{features}-10, SGD momentum",
+        "variables_mb": weights / 1e6,
+        "checkpoint_every": every,
+        "steps_per_fit": steps,
+        "batch": batch,
+        "rounds": rounds,
+        "stall_per_save_seconds": stall,
+        "stall_async_over_sync": stall["async"] / stall["sync"],
+        "examples_per_second": rate,
+        "async_with_saves_over_without": rate["async"] / rate["none"],
+        "sync_with_saves_over_without": rate["sync"] / rate["none"],
+        "fit_seconds": {m: [r["seconds"] for r in runs[m]] for m in runs},
+        "quick": quick,
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--quick", action="store_true", help="ResNet-18, 64x64, 3 saves")
+    parser.add_argument("--async", dest="asynchronous", action="store_true")
+    parser.add_argument("--rounds", type=int, default=3, help="--async: runs of each mode")
+    parser.add_argument("--every", type=int, default=10, help="--async: steps between saves")
     args = parser.parse_args()
+    if args.asynchronous:
+        results = async_benchmark(args.quick, args.rounds, args.every)
+        print(strict_json.dumps(results, indent=2))
+        if not args.quick:
+            ASYNC_RESULTS.parent.mkdir(exist_ok=True)
+            ASYNC_RESULTS.write_text(strict_json.dumps(results, indent=2))
+        return
     depth, size, saves = (18, 64, 3) if args.quick else (50, 224, 7)
 
     trainer = build_trainer(depth, size)
