@@ -12,8 +12,9 @@ while every saved tensor is copied to host memory (`async_save.snapshot`, which 
 serializes the input iterator's position); a background thread writes the files,
 index last, and then publishes the checkpoint (state file rewritten, old ones
 rotated). One save is in flight at a time: the next `save`, `restore`, `latest`,
-`wait` and `close` wait for it. Multi-worker jobs save synchronously: each worker's
-copy, and any collective a saved value needs, stays in step with the others'.
+`wait` and `close` wait for it. Multi-worker jobs save synchronously (background
+writes on every worker, the non-chief workers' throw-away copies included, are not
+tested).
 
 Restore never treats a directory holding checkpoint files as empty: it tries the
 newest checkpoint, then older ones, moving each unreadable one aside to
