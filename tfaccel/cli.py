@@ -253,7 +253,9 @@ def _add_data_service(commands) -> None:
     )
     worker.add_argument("--heartbeat-ms", type=int, metavar="MS", help="report every MS")
     for parser in (dispatcher, worker):
-        parser.add_argument("--quiet", dest="host_note", action="store_false", help=argparse.SUPPRESS)
+        parser.add_argument(
+            "--quiet", dest="host_note", action="store_false", help=argparse.SUPPRESS
+        )
     service.set_defaults(handler=_data_service)
 
 

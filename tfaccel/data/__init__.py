@@ -6,6 +6,7 @@ Example:
     >>> print(data.explain(ds))                                                 # doctest: +SKIP
 """
 
+from tfaccel.data import service
 from tfaccel.data.arrays import from_arrays
 from tfaccel.data.bench import benchmark
 from tfaccel.data.cache import (
@@ -46,5 +47,6 @@ __all__ = [
     "from_tfrecords",
     "graph_ops",
     "pipeline",
+    "service",
     "plan_of",
 ]

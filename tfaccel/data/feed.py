@@ -182,6 +182,15 @@ class Feed:
         return examples % batch, examples
 
     @property
+    def service(self):
+        """The tf.data service the pipeline's stages before prefetch run on
+        (`service_stage.ServiceInfo`), or None."""
+        from tfaccel.data.pipeline import built_of
+
+        built = self._build.built or built_of(self._build.dataset)
+        return getattr(built, "service", None)
+
+    @property
     def fingerprint(self) -> Fingerprint:
         """The content fingerprint of the source (computed once)."""
         if self._fingerprint is None:

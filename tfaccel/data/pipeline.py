@@ -19,7 +19,7 @@ from collections.abc import Callable
 
 import tensorflow as tf
 
-from tfaccel.data import augment_seeds, partial, sizing, stages
+from tfaccel.data import augment_seeds, partial, service_stage, sizing, stages
 from tfaccel.data import cache as cache_lib
 from tfaccel.data.elements import on_pairs
 from tfaccel.data.feed import context_key, input_context
@@ -55,6 +55,7 @@ class Built:
             augmented and batch-mapped as in training (made when first asked for), for
             value checks such as the labels': reading it does not advance the shuffle's
             seed generator, so the training order stays.
+        service: where the stages before prefetch run (`ServiceInfo`), or None.
     """
 
     dataset: tf.data.Dataset
@@ -62,6 +63,7 @@ class Built:
     steps: int
     examples: int | None
     make_probe: Callable[[], tf.data.Dataset]
+    service: service_stage.ServiceInfo | None = None
 
     @property
     def probe(self) -> tf.data.Dataset:
@@ -90,6 +92,11 @@ class DatasetFn:
         self.drop_remainder = config.drop_remainder
         self.training = config.training
         self._kept = None  # (context key, Built): pipeline()'s check build, unread
+
+    @property
+    def service(self) -> service_stage.ServiceInfo | None:
+        """Where the stages before prefetch run (a tf.data service), or None."""
+        return self._config.service
 
     def __call__(self, input_context: tf.distribute.InputContext) -> tf.data.Dataset:
         return self.build(input_context).dataset
@@ -151,6 +158,8 @@ def pipeline(
     shuffle_budget_mb: float = sizing.SHUFFLE_BUDGET_MB,
     check_finite: bool = False,
     cache_mismatch: str = "rebuild",
+    service=None,
+    service_mode: str | None = None,
 ) -> tf.data.Dataset | DatasetFn:
     """Builds a batched, prefetched input pipeline in the correct order.
 
@@ -205,6 +214,11 @@ def pipeline(
             fingerprint, element shape/dtype or preprocess, or no fingerprint file)
             gets: "rebuild" (its files are removed, with a `CacheMismatchWarning`)
             or "error" (`CacheMismatchError`).
+        service: run the stages before prefetch on tf.data service workers: an address
+            ("grpc://host:port", "host:port") or `tfaccel.data.service.local(n)`; None
+            (default) runs everything here. See `tfaccel.data.service_stage`.
+        service_mode: "dynamic" (default: `distributed_epoch`, each example once an
+            epoch, order not reproducible) or "static" (each worker a fixed shard).
 
     Returns:
         A `tf.data.Dataset` of global batches, or a `DatasetFn` producing
@@ -253,6 +267,7 @@ def pipeline(
         replicas=replicas,
         check_finite=bool(check_finite),
         cache_mismatch=cache_mismatch,
+        service=service_stage.info_of(service, service_mode),
     )
     if replicas > 1 or multi_worker:
         fn = DatasetFn(config, strategy)
@@ -315,9 +330,10 @@ def _build(config: stages.Config, context: tf.distribute.InputContext | None) ->
     return Built(
         dataset=attach(stream.dataset, stream.plan),
         plan=stream.plan,
-        steps=_steps(stream),
+        steps=UNKNOWN if config.service is not None else _steps(stream),
         examples=_examples(stream),
         make_probe=_probe_of(stream),
+        service=config.service,
     )
 
 

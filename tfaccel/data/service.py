@@ -49,12 +49,14 @@ class LocalService:
         workers: the number of workers started.
         worker_addresses: each worker's "localhost:PORT".
         processes: the dispatcher's process, then the workers'.
+        static_sharding: whether the dispatcher has the fixed list of workers.
     """
 
     address: str
     workers: int
     worker_addresses: list[str]
     processes: list[subprocess.Popen]
+    static_sharding: bool = False
 
     def __enter__(self) -> LocalService:
         return self
@@ -98,6 +100,7 @@ def local(
     start_timeout_s: float = 120.0,
     worker_timeout_ms: int = 4000,
     port: int = 0,
+    static_sharding: bool = False,
 ) -> LocalService:
     """Starts a dispatcher and `workers` worker processes on this machine.
 
@@ -111,6 +114,9 @@ def local(
         worker_timeout_ms: how long the dispatcher waits on a silent worker before
             handing its work to the others.
         port: the dispatcher's port (0: a free one).
+        static_sharding: give the dispatcher the fixed list of workers, which
+            `service_mode="static"` needs; a killed worker then stalls the job until it
+            is back (dynamic sharding goes on without it).
 
     Raises:
         ValueError: `workers` is not a positive int.
@@ -129,7 +135,9 @@ def local(
     deadline = time.monotonic() + start_timeout_s
     processes: list[subprocess.Popen] = []
     try:  # all at once: a worker waits for its dispatcher
-        command = ["dispatcher", "--port", str(port), "--worker-addresses", ",".join(addresses)]
+        command = ["dispatcher", "--port", str(port)]
+        if static_sharding:
+            command += ["--worker-addresses", ",".join(addresses)]
         processes.append(_start(command + ["--worker-timeout-ms", str(worker_timeout_ms)]))
         for worker_port in ports[1:]:
             command = ["worker", "--dispatcher", address, "--port", str(worker_port)]
@@ -140,7 +148,7 @@ def local(
     except BaseException:
         _stop(processes, 1.0)
         raise
-    return LocalService(f"grpc://{address}", workers, addresses, processes)
+    return LocalService(f"grpc://{address}", workers, addresses, processes, static_sharding)
 
 
 def _start(arguments: list[str]) -> subprocess.Popen:

@@ -24,6 +24,7 @@ from tfaccel.data import augment_seeds, fingerprint, finite, partial, sizing
 from tfaccel.data import cache as cache_lib
 from tfaccel.data.elements import AUTOTUNE, is_pair, is_weighted, on_pairs, require_pair
 from tfaccel.data.plan import Plan
+from tfaccel.data.service_stage import offload
 from tfaccel.data.source_info import SourceInfo, source_info
 
 
@@ -47,6 +48,7 @@ class Config:
     replicas: int
     check_finite: bool = False
     cache_mismatch: str = "rebuild"
+    service: Any = None  # a service_stage.ServiceInfo: the stages before prefetch run there
 
 
 @dataclasses.dataclass
@@ -448,6 +450,7 @@ STAGES = (
     batch,
     batch_map,
     pad,
+    offload,
     options,
 )
 """The stages, in the order `pipeline` applies them."""

@@ -31,6 +31,7 @@ import tensorflow as tf
 
 from tfaccel.data import augment_seeds
 from tfaccel.data.feed import INFINITE, Feed
+from tfaccel.data.service_stage import RESUME_NOTE
 from tfaccel.train.loop import agreement, faults
 from tfaccel.train.loop.faults import PreemptionWatcher, TrainingDivergedError
 from tfaccel.train.loop.loop_size import LoopSizer
@@ -200,6 +201,8 @@ class FitLoop:
         feed = self.train
         if resumed_steps:
             feed = feed.skipped(resumed_steps * self.accumulate)
+            if feed.service is not None:  # not exact: the service restarts the epoch's input
+                self.notes["resume"] = RESUME_NOTE
         iterator = iterators.adopt(iter(feed.distribute(endless=self.endless)))
         # A worker's own shard (feed.local_shard) must not be restored from the chief's.
         trackable = isinstance(iterator, tf.__internal__.tracking.Trackable) and not isinstance(

@@ -81,6 +81,7 @@ def resolve(trainer, feed, steps_per_epoch: int | None) -> dict:
         "steps_per_epoch": _steps_text(steps_per_epoch, k),
         "steps_per_loop": trainer.loop_sizer.describe(steps_per_epoch),
         "devices": _device_names(trainer.strategy),
+        **({"input_service": feed.service.describe()} if feed.service is not None else {}),
     }
 
 

@@ -1,0 +1,156 @@
+"""`pipeline(..., service=...)`: the stages before prefetch run on tf.data service workers.
+
+The dataset built so far (source, shard, preprocess, cache, augment, shuffle, repeat,
+batch, batch_map) is sent to the dispatcher with
+`tf.data.experimental.service.distribute`; its batches come back over gRPC, and the
+prefetch and the distribution to replicas stay in this process.
+
+Modes:
+    "dynamic" (default): `distributed_epoch` — the dispatcher hands the source's
+        splits (files, or ranges of elements) to whichever worker asks: each example at
+        most once an epoch (exactly once without faults), the order not reproducible,
+        a killed worker's unfinished splits lost for that epoch.
+    "static": `ShardingPolicy.FILE_OR_DATA` — each worker its fixed shard (by file, or
+        by element), so what each worker reads is reproducible; the dispatcher needs
+        the fixed list of workers (`local` gives it; `tfaccel data-service dispatcher
+        --worker-addresses`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from tfaccel.data.service import MODES, LocalService, ServiceError
+
+RESUME_NOTE = (
+    "resume: not exact through the tf.data service: the resumed epoch's input restarts "
+    "on the workers and the steps already done are skipped by count, in the order the "
+    "workers deliver (some examples of that epoch seen twice, others not at all)"
+)
+
+
+@dataclasses.dataclass(frozen=True)
+class ServiceInfo:
+    """Where a pipeline's preprocessing runs (`Built.service`, `DatasetFn.service`).
+
+    Attributes:
+        address: the dispatcher, "grpc://host:port".
+        mode: "dynamic" (`distributed_epoch`) or "static" (`FILE_OR_DATA`).
+        workers: the number of workers when known (a `local` service), else None.
+        local: the `LocalService`, when the pipeline was given one.
+    """
+
+    address: str
+    mode: str
+    workers: int | None = None
+    local: LocalService | None = dataclasses.field(default=None, compare=False, repr=False)
+
+    def describe(self) -> str:
+        """One line for the settings table."""
+        workers = f", {self.workers} workers" if self.workers else ""
+        policy = "distributed_epoch" if self.mode == "dynamic" else "static FILE_OR_DATA"
+        return f"tf.data service at {self.address} ({self.mode}: {policy}{workers})"
+
+
+def info_of(service: Any, mode: str | None) -> ServiceInfo | None:
+    """`pipeline`'s `service` and `service_mode`, checked; None without a service.
+
+    Raises:
+        ValueError: a bad address or mode, or a mode without a service.
+        ServiceError: no dispatcher at the address, or the local one has exited.
+        TypeError: `service` is neither an address nor a `LocalService`.
+    """
+    if service is None:
+        if mode is not None:
+            raise ValueError("service_mode was given without service=.")
+        return None
+    mode = "dynamic" if mode is None else mode
+    if mode not in MODES:
+        raise ValueError(f"service_mode must be one of {MODES}, got {mode!r}.")
+    if isinstance(service, LocalService):
+        service.check()
+        if mode == "static" and not service.static_sharding:
+            raise ValueError(
+                "service_mode='static' needs the dispatcher's fixed list of workers: start "
+                "the service with tfaccel.data.service.local(n, static_sharding=True)."
+            )
+        return ServiceInfo(service.address, mode, service.workers, service)
+    if not isinstance(service, str):
+        raise TypeError(
+            "service must be an address 'grpc://host:port' / 'host:port' or "
+            f"tfaccel.data.service.local(n), got {type(service).__name__}."
+        )
+    address = service.removeprefix("grpc://")
+    host, _, port = address.rpartition(":")
+    if not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ValueError(
+            f"service={service!r} is not a tf.data service address; expected "
+            "'grpc://host:port' (the dispatcher of `tfaccel data-service dispatcher --port P`)."
+        )
+    _check_listening(host, int(port), service)
+    return ServiceInfo(f"grpc://{address}", mode)
+
+
+def _check_listening(host: str, port: int, service: str, timeout_s: float = 5.0) -> None:
+    """Raises `ServiceError` when nothing accepts connections at host:port (a dead or
+    never-started dispatcher would otherwise make the first read wait for ever)."""
+    import socket
+
+    try:
+        with socket.create_connection((host, port), timeout=timeout_s):
+            pass
+    except OSError as error:
+        raise ServiceError(
+            f"no tf.data service dispatcher answers at {service!r} ({error}); start one with "
+            f"`tfaccel data-service dispatcher --port {port}` or check the address."
+        ) from None
+
+
+def offload(s):
+    """Sends the stream built so far to the service's workers (a `stages.Stream`)."""
+    info = s.config.service
+    if info is None:
+        return s
+    import tensorflow as tf
+
+    if info.local is not None:
+        info.local.check()
+    if info.mode == "static" and s.config.shuffle_buffer is not None and s.config.seed is None:
+        raise ValueError(
+            "service_mode='static' shards by file, else each worker keeps every n-th batch "
+            "of its own copy of the stream: the copies must shuffle alike. Pass seed=N "
+            "(the reproducible order static sharding is for)."
+        )
+    service = tf.data.experimental.service
+    policy = service.ShardingPolicy.DYNAMIC
+    if info.mode == "static":
+        policy = service.ShardingPolicy.FILE_OR_DATA
+    inner = tf.data.Options()
+    inner.deterministic = s.config.deterministic
+    s.dataset = s.dataset.with_options(inner).apply(
+        service.distribute(processing_mode=policy, service=info.address)
+    )
+    stages = ", ".join(step.name for step in s.plan.steps)
+    s.plan.add(
+        "service",
+        on=f"{info.workers or 'the'} tf.data service worker(s) at {info.address}",
+        runs_there=stages,
+        here="prefetch, distribution to replicas",
+        mode=info.mode,
+    )
+    if info.mode == "dynamic":
+        s.plan.notes.append(
+            "service: distributed_epoch — each example at most once an epoch (exactly once "
+            "without faults), order not reproducible; each worker batches its own splits, "
+            "so an epoch may hold several partial batches (steps: unknown)"
+        )
+    else:
+        s.plan.notes.append(
+            "service: static sharding — each worker reads its fixed shard; the interleaving "
+            "of the workers' batches is not reproducible"
+        )
+    if s.config.training:
+        s.plan.notes[:] = [n for n in s.plan.notes if not n.startswith("resume:")]
+        s.plan.notes.append(RESUME_NOTE)
+    return s
