@@ -1,5 +1,6 @@
 """Asynchronous checkpoints: kill -9 during background writes, the waits, the errors."""
 
+import functools
 import json
 import os
 import pathlib
@@ -15,6 +16,7 @@ import pytest
 import tensorflow as tf
 
 import tfaccel
+from tfaccel.train import trainer as trainer_module
 from tfaccel.train.state import async_save
 from tfaccel.train.state import checkpoint_files as files
 from tfaccel.train.state.checkpoint import CheckpointState
@@ -25,7 +27,7 @@ sys.path.insert(0, str(SCRIPTS))
 import async_save_job  # noqa: E402
 
 JOB = SCRIPTS / "async_save_job.py"
-TRIALS = 24
+TRIALS = 20
 
 
 def run(*args, timeout=180):
@@ -71,7 +73,7 @@ X = np.random.default_rng(0).normal(size=(64, 8)).astype("float32")
 Y = (X[:, 0] > 0).astype("int32")
 
 
-def make_trainer():
+def make_trainer(jit_compile="auto"):
     def build():
         keras.utils.set_random_seed(0)
         return keras.Sequential([keras.Input((8,)), keras.layers.Dense(16), keras.layers.Dense(2)])
@@ -82,6 +84,7 @@ def make_trainer():
         loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
         strategy=tf.distribute.get_strategy(),
         steps_per_loop=1,
+        jit_compile=jit_compile,
     )
 
 
@@ -148,6 +151,33 @@ def test_a_failed_background_write_is_raised_by_the_next_save(tmp_path, monkeypa
     with pytest.raises(OSError, match=r"Cannot save checkpoint 4 .*No space left"):
         make_trainer().fit(data(), epochs=1, verbose=0, checkpoint_dir=tmp_path, checkpoint_every=4)
     assert not (tmp_path / "tfaccel.lock").exists()
+
+
+@pytest.mark.parametrize("jit_compile", [False, True], ids=["eager-steps", "xla-steps"])
+def test_background_writes_hold_the_state_of_their_step_while_training_goes_on(
+    tmp_path, slow_writes, monkeypatch, jit_compile
+):
+    # Each write takes 0.3 s while the steps go on: a checkpoint must still hold its own
+    # step's state, tensor for tensor the one a synchronous save writes.
+    make_trainer(jit_compile).fit(
+        data(), epochs=2, verbose=0, checkpoint_dir=tmp_path / "a", keep=9, checkpoint_every=2
+    )
+    assert slow_writes == [2, 4, 6, 8, 10, 12, 14, 16]
+    synchronous = functools.partial(Checkpointing, asynchronous=False)
+    monkeypatch.setattr(trainer_module, "Checkpointing", synchronous)
+    make_trainer(jit_compile).fit(
+        data(), epochs=2, verbose=0, checkpoint_dir=tmp_path / "s", keep=9, checkpoint_every=2
+    )
+    assert slow_writes == [2, 4, 6, 8, 10, 12, 14, 16]  # no background write this time
+    for step in slow_writes:
+        fast, slow = (tf.train.load_checkpoint(str(tmp_path / f"{d}/ckpt-{step}")) for d in "as")
+        keys = fast.get_variable_to_dtype_map()
+        assert keys == slow.get_variable_to_dtype_map()
+        for key, dtype in keys.items():
+            if dtype.is_floating:
+                np.testing.assert_allclose(fast.get_tensor(key), slow.get_tensor(key), atol=1e-7)
+            elif dtype != tf.variant and key != "_CHECKPOINTABLE_OBJECT_GRAPH":  # Keras names
+                np.testing.assert_array_equal(fast.get_tensor(key), slow.get_tensor(key), key)
 
 
 def test_synchronous_saves_stay_available_and_equal(tmp_path):
