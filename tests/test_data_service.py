@@ -252,3 +252,24 @@ def test_a_dead_local_dispatcher_is_said_before_a_read():
         running.dispatcher.wait(30)
         with pytest.raises(service_lib.ServiceError, match="dispatcher .* has exited"):
             data.pipeline(_ids(8), batch_size=4, training=False, service=running)
+
+
+def _doubled(values):
+    return (values * 2).astype(np.float32)
+
+
+def test_python_functions_run_on_the_local_workers(service):
+    def prep(x, y):
+        out = tf.numpy_function(_doubled, [x], tf.float32)
+        out.set_shape(x.shape)
+        label = tf.py_function(lambda v: v + 1000, [y], tf.int64)
+        label.set_shape(y.shape)
+        return out, label
+
+    ds = data.pipeline(_ids(40), batch_size=8, training=True, preprocess=prep, service=service)
+    with guarded(service):
+        pairs = [(x.numpy(), y.numpy()) for x, y in ds]
+    labels = np.concatenate([y for _, y in pairs])
+    assert sorted(labels.tolist()) == list(range(1000, 1040))
+    for x, y in pairs:
+        np.testing.assert_array_equal(x[:, 0], (y - 1000) * 2)

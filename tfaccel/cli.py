@@ -202,7 +202,9 @@ def _data_service(args: argparse.Namespace) -> int:
         else:
             if args.host_note:
                 server.say_no_authentication("worker")
-            server.serve_worker(args.dispatcher, args.port, args.host, args.heartbeat_ms)
+            server.serve_worker(
+                args.dispatcher, args.port, args.host, args.heartbeat_ms, args.accept_functions
+            )
     except (server.PortInUseError, ValueError) as error:
         print(f"tfaccel data-service {args.role}: {error}", file=sys.stderr)
         return 2
@@ -252,6 +254,7 @@ def _add_data_service(commands) -> None:
         "--host", help="the name clients reach this worker by (default: this machine's name)"
     )
     worker.add_argument("--heartbeat-ms", type=int, metavar="MS", help="report every MS")
+    worker.add_argument("--accept-functions", action="store_true", help=argparse.SUPPRESS)
     for parser in (dispatcher, worker):
         parser.add_argument(
             "--quiet", dest="host_note", action="store_false", help=argparse.SUPPRESS

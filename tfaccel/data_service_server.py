@@ -81,6 +81,7 @@ def serve_worker(
     port: int = 0,
     host: str | None = None,
     heartbeat_ms: int | None = None,
+    accept_functions: bool = False,
 ) -> None:
     """Starts a worker of the dispatcher at `dispatcher` ("host:port"), serves for ever.
 
@@ -89,6 +90,9 @@ def serve_worker(
         port: the worker's port (0: a free one).
         host: the name clients reach this worker by (default: this machine's name).
         heartbeat_ms: how often the worker reports to the dispatcher.
+        accept_functions: read the Python functions of the pipelines' `numpy_function` /
+            `py_function` ops from stdin (one base64 cloudpickle line each, acknowledged
+            on stdout), as `tfaccel.data.service.local` sends them.
 
     Raises:
         PortInUseError: `port` is taken.
@@ -111,7 +115,27 @@ def serve_worker(
         settings["heartbeat_interval_ms"] = int(heartbeat_ms)
     server = service.WorkerServer(service.WorkerConfig(**settings))
     print(f"{READY} worker of {address}", flush=True)
+    if accept_functions:
+        _accept_functions()
     server.join()
+
+
+_KEPT: list = []  # the registry holds weak references
+
+
+def _accept_functions() -> None:
+    """Registers the functions sent on stdin under their tokens, until stdin closes."""
+    import base64
+
+    import cloudpickle
+    from tensorflow.python.ops import script_ops
+
+    for line in sys.stdin:
+        functions = cloudpickle.loads(base64.b64decode(line.strip()))
+        for token, function in functions.items():
+            _KEPT.append(function)
+            script_ops._py_funcs._funcs[token] = function
+        print(f"registered {len(functions)}", flush=True)
 
 
 def say_no_authentication(what: str) -> None:

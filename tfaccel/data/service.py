@@ -86,6 +86,36 @@ class LocalService:
                 f"{self.dispatcher.returncode}); its jobs are gone. Start a new service."
             )
 
+    def share_functions(self, dataset, timeout_s: float = 60.0) -> int:
+        """Sends the Python functions of `dataset`'s `numpy_function` / `py_function` ops
+        to every worker (under the tokens the graph names them by); returns how many.
+
+        Raises:
+            ServiceError: a function cannot be pickled, or a worker did not take it.
+        """
+        functions = python_functions(dataset)
+        if not functions:
+            return 0
+        import base64
+
+        import cloudpickle
+
+        try:
+            line = base64.b64encode(cloudpickle.dumps(functions)).decode() + "\n"
+        except Exception as error:
+            raise ServiceError(
+                f"the pipeline's Python functions cannot be sent to the workers: {error}"
+            ) from error
+        deadline = time.monotonic() + timeout_s
+        for process in self.worker_processes:
+            if process.poll() is None:
+                process.stdin.write(line)
+                process.stdin.flush()
+        for index, process in enumerate(self.worker_processes):
+            if process.poll() is None:
+                _ready_line(process, deadline, f"worker {index}", "registered")
+        return len(functions)
+
     def close(self, grace_s: float = 5.0) -> None:
         """Stops every process (SIGTERM to its group, SIGKILL after `grace_s`)."""
         _stop(self.processes, grace_s)
@@ -141,7 +171,8 @@ def local(
         processes.append(_start(command + ["--worker-timeout-ms", str(worker_timeout_ms)]))
         for worker_port in ports[1:]:
             command = ["worker", "--dispatcher", address, "--port", str(worker_port)]
-            processes.append(_start(command + ["--host", "localhost", "--heartbeat-ms", "500"]))
+            command += ["--host", "localhost", "--heartbeat-ms", "500", "--accept-functions"]
+            processes.append(_start(command))
         _ready_line(processes[0], deadline, "the dispatcher")
         for index, process in enumerate(processes[1:]):
             _ready_line(process, deadline, f"worker {index}")
@@ -165,6 +196,7 @@ def _start(arguments: list[str]) -> subprocess.Popen:
     environment = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", CUDA_VISIBLE_DEVICES="")
     return subprocess.Popen(
         [sys.executable, "-m", "tfaccel", "data-service", *arguments, "--quiet"],
+        stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         stderr=tempfile.TemporaryFile(mode="w+"),  # read on failure; a pipe could fill
         text=True,
@@ -174,7 +206,29 @@ def _start(arguments: list[str]) -> subprocess.Popen:
     )
 
 
-def _ready_line(process: subprocess.Popen, deadline: float, what: str) -> str:
+def python_functions(dataset) -> dict:
+    """The Python functions of `dataset`'s `numpy_function` / `py_function` ops, by token."""
+    from tensorflow.python.ops import script_ops
+
+    graph = dataset._as_serialized_graph()
+    from tensorflow.core.framework import graph_pb2
+
+    definition = graph_pb2.GraphDef.FromString(graph.numpy())
+    nodes = list(definition.node)
+    for function in definition.library.function:
+        nodes.extend(function.node_def)
+    tokens = {
+        node.attr["token"].s.decode()
+        for node in nodes
+        if node.op in ("PyFunc", "PyFuncStateless", "EagerPyFunc")
+    }
+    found = {token: script_ops._py_funcs.get(token) for token in tokens}
+    return {token: function for token, function in found.items() if function is not None}
+
+
+def _ready_line(
+    process: subprocess.Popen, deadline: float, what: str, ready: str = server.READY
+) -> str:
     """The server's ready line; raises `ServiceError` (with its stderr) if it exits or is late."""
     while True:
         left = deadline - time.monotonic()
@@ -183,7 +237,7 @@ def _ready_line(process: subprocess.Popen, deadline: float, what: str) -> str:
         readable, _, _ = select.select([process.stdout], [], [], min(left, 0.5))
         if readable:
             line = process.stdout.readline()
-            if line.startswith(server.READY):
+            if line.startswith(ready):
                 return line.strip()
             if line:
                 continue
@@ -217,6 +271,6 @@ def _stop(processes: list[subprocess.Popen], grace_s: float) -> None:
         if all(process.poll() is not None for process in processes):
             break
     for process in processes:
-        for stream in (process.stdout, process.stderr):
+        for stream in (process.stdin, process.stdout, process.stderr):
             if stream is not None:
                 stream.close()

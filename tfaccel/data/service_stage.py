@@ -126,6 +126,8 @@ def offload(s):
     policy = service.ShardingPolicy.DYNAMIC
     if info.mode == "static":
         policy = service.ShardingPolicy.FILE_OR_DATA
+    if info.local is not None:  # its workers run this process's Python functions
+        info.local.share_functions(s.dataset)
     inner = tf.data.Options()
     inner.deterministic = s.config.deterministic
     s.dataset = s.dataset.with_options(inner).apply(
