@@ -53,28 +53,17 @@ import weakref
 import psutil
 
 from tfaccel import strict_json
-
-
-class CacheBusyWarning(UserWarning):
-    """Another process is filling this file cache: this pipeline reads without it."""
-
-
-class StaleCacheWarning(UserWarning):
-    """A file cache left locked by an interrupted run was removed."""
-
+from tfaccel.errors import (
+    CacheBusyWarning,
+    CacheMismatchError,
+    CacheMismatchWarning,
+    StaleCacheWarning,
+)
 
 MISMATCH_MODES = ("rebuild", "error")
 # The longest suffix the cache's files add: "-pipeline99of99", "-<fingerprint>" and
 # tf.data's ".data-00000-of-00001.tempstate<digits>".
 _SUFFIX_ROOM = 80
-
-
-class CacheMismatchWarning(UserWarning):
-    """A file cache built from other data was removed; it is rebuilt."""
-
-
-class CacheMismatchError(ValueError):
-    """A file cache was built from other data (with `cache_mismatch="error"`)."""
 
 
 def check_cache(cache) -> str | None:

@@ -10,9 +10,7 @@ from __future__ import annotations
 
 import warnings
 
-
-class DroppedExamplesWarning(UserWarning):
-    """Training examples left out of every epoch by `drop_remainder=True`."""
+from tfaccel.errors import DroppedExamplesWarning
 
 
 def warn_if_dropped(feed, jit_compile: bool) -> tuple[int, int] | None:
