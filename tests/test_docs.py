@@ -119,6 +119,7 @@ EXPECTED = {
     "how-to/resume.md": r"resumed at epoch 1\n",
     "how-to/batch-size.md": r"batch[\s\S]*largest batch that fits, up to the limit: 256",
     "how-to/learning-rate.md": r"learning rate: ",
+    "how-to/data-service.md": r"every example once: True",
 }
 
 
