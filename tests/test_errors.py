@@ -18,6 +18,8 @@ PATHS = {
     "CacheMismatchError": ["tfaccel.data", "tfaccel.data.cache"],
     "CacheMismatchWarning": ["tfaccel.data", "tfaccel.data.cache"],
     "StaleCacheWarning": ["tfaccel.data", "tfaccel.data.cache"],
+    "ServiceError": ["tfaccel.data.service"],
+    "PortInUseError": ["tfaccel.data.service", "tfaccel.data_service_server"],
     "CheckFailed": ["tfaccel.check", "tfaccel.checks"],
     "Skip": ["tfaccel.check", "tfaccel.checks"],
     "CheckpointCorruptError": ["tfaccel", "tfaccel.train", "tfaccel.train.state.checkpoint"],

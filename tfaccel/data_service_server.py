@@ -11,16 +11,14 @@ from __future__ import annotations
 import socket
 import sys
 
+from tfaccel.errors import PortInUseError
+
 NO_AUTHENTICATION = (
     "the tf.data service has no authentication or encryption: anyone who can reach "
     "this port can read the data and run pipelines here. Run it on a trusted network only."
 )
 READY = "tfaccel data-service ready:"
 """The start of the line a server prints once it listens."""
-
-
-class PortInUseError(OSError):
-    """The port a server was asked to listen on is taken."""
 
 
 def check_port_free(port: int) -> None:

@@ -24,6 +24,8 @@ __all__ = [
     "LRScalingWarning",
     "NoBatchSizeFitsError",
     "PeersMissingError",
+    "PortInUseError",
+    "ServiceError",
     "Skip",
     "SlurmAllocationWarning",
     "SplitError",
@@ -97,6 +99,14 @@ class CacheMismatchWarning(UserWarning):
 
 class CacheMismatchError(ValueError):
     """A file cache was built from other data (with `cache_mismatch="error"`)."""
+
+
+class ServiceError(RuntimeError):
+    """A tf.data service could not be started, or its dispatcher is gone."""
+
+
+class PortInUseError(OSError):
+    """The port a server was asked to listen on is taken."""
 
 
 # -- devices and clusters (tfaccel.devices, tfaccel.cluster, the launcher) -----------------

@@ -28,16 +28,12 @@ import tempfile
 import time
 
 from tfaccel import data_service_server as server
-from tfaccel.data_service_server import PortInUseError
+from tfaccel.errors import PortInUseError, ServiceError
 
 MODES = ("dynamic", "static")
 """`service_mode` values: "dynamic" (`distributed_epoch`, the default) or "static"."""
 
 __all__ = ["MODES", "LocalService", "PortInUseError", "ServiceError", "local"]
-
-
-class ServiceError(RuntimeError):
-    """A tf.data service could not be started, or its dispatcher is gone."""
 
 
 @dataclasses.dataclass
