@@ -22,12 +22,10 @@ from tfaccel.data.images import from_image_folder
 from tfaccel.data.label_contract import check
 from tfaccel.data.pipeline import DatasetFn, pipeline
 from tfaccel.data.plan import Plan, Step, explain, graph_ops, plan_of
-from tfaccel.data.sizing import SHUFFLE_BUDGET_MB
 from tfaccel.data.tfds_source import from_tfds
 from tfaccel.data.tfrecords import from_tfrecords
 
 __all__ = [
-    "SHUFFLE_BUDGET_MB",
     "CacheBusyWarning",
     "CacheMismatchError",
     "CacheMismatchWarning",
