@@ -216,3 +216,34 @@ def test_sigterm_during_a_background_write_completes_it_and_exits_0(tmp_path):
     assert files.unreadable(latest) is None
     assert not [p for p in (tmp_path / "job").iterdir() if "_temp" in p.name]
     assert not os.path.exists(tmp_path / "job" / "tfaccel.lock")
+
+
+@pytest.mark.parametrize("left", ["data-only", "data-and-index"])
+def test_the_files_of_a_save_killed_before_its_temp_folder_went_are_not_a_checkpoint(
+    tmp_path, left
+):
+    # TensorFlow deletes ckpt-N_temp/ after the index: files beside it are unfinished.
+    strategy = tf.distribute.get_strategy()
+    for step in (4, 8):
+        objects = async_save_job.saved_objects()
+        objects["step"].assign(step)
+        state = CheckpointState(tmp_path, strategy, keep=3, **objects)
+        state.save(step)
+        state.close()
+    (tmp_path / "ckpt-8_temp").mkdir()
+    files.write_state(str(tmp_path), [4])  # ckpt-8 was never published
+    if left == "data-only":
+        (tmp_path / "ckpt-8.index").unlink()
+    else:  # e.g. an index cut short: it is not read, it is removed
+        index = tmp_path / "ckpt-8.index"
+        index.write_bytes(index.read_bytes()[:20])
+    objects = async_save_job.saved_objects()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        state = CheckpointState(tmp_path, strategy, keep=3, **objects)
+        try:
+            assert state.restore().endswith("ckpt-4")
+        finally:
+            state.close()
+    assert int(objects["step"].numpy()) == 4
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith("ckpt-8")]

@@ -142,10 +142,10 @@ def delete(directory: str, number: int) -> None:
 def remove_temporaries(directory: str) -> list[str]:
     """Removes what interrupted saves left behind; returns the names removed.
 
-    That includes the data file of a save killed after it moved its data out of
-    `ckpt-N_temp/` and before its index was in place: the folder is deleted only
-    after the index is, so data of `ckpt-N` without an index, next to that folder,
-    is an unfinished save (never published), not a damaged checkpoint.
+    That includes the files of a save killed after it moved its data out of
+    `ckpt-N_temp/`: TensorFlow deletes that folder only once the index is written, so
+    `ckpt-N` files next to it are an unfinished save (never published: no data file
+    without index, no half-written index), not a damaged checkpoint.
     """
     removed = []
     if not tf.io.gfile.isdir(directory):
@@ -155,10 +155,8 @@ def remove_temporaries(directory: str) -> list[str]:
     for name in names:
         match = _FILE.match(name)
         if match and int(match.group(1)) in unfinished:
-            number = int(match.group(1))
-            if f"{PREFIX}-{number}.index" not in names:
-                tf.io.gfile.remove(os.path.join(directory, name))
-                removed.append(name)
+            tf.io.gfile.remove(os.path.join(directory, name))
+            removed.append(name)
     for name in names:
         if not _TEMPORARY.match(name):
             continue
