@@ -192,11 +192,17 @@ class Feed:
 
     @property
     def fingerprint(self) -> Fingerprint:
-        """The content fingerprint of the source (computed once)."""
+        """The content fingerprint of the whole data (computed once). With several input
+        pipelines this worker's build holds its shard only (a source function may shard
+        itself), so the fingerprint reads a build of the whole data: every worker must
+        compute the one the chief saved."""
         if self._fingerprint is None:
             from tfaccel.data import fingerprint
 
-            self._fingerprint = fingerprint.of_dataset(self._build.dataset)
+            whole = self._build.dataset
+            if self.is_function and self._build.context.num_input_pipelines > 1:
+                whole = self.data(tf.distribute.InputContext())
+            self._fingerprint = fingerprint.of_dataset(whole)
         return self._fingerprint
 
     @property
