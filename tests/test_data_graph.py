@@ -82,8 +82,7 @@ def test_map_function_graphs_name_the_ops_of_each_map():
 
 MAX_FILE_LINES, MAX_FUNCTION_LINES = 500, 80
 # Owned by other work in progress (issue 38): the lead rewrites train/, another helper tuning/.
-KNOWN_LONG = {
-}
+KNOWN_LONG = {}
 
 
 def _files():
