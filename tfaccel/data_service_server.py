@@ -129,7 +129,11 @@ def _accept_functions() -> None:
     from tensorflow.python.ops import script_ops
 
     for line in sys.stdin:
-        functions = cloudpickle.loads(base64.b64decode(line.strip()))
+        try:
+            functions = cloudpickle.loads(base64.b64decode(line.strip()))
+        except Exception as error:  # said to the client, which raises it
+            print(f"failed {type(error).__name__}: {error}".replace("\n", " "), flush=True)
+            continue
         for token, function in functions.items():
             _KEPT.append(function)
             script_ops._py_funcs._funcs[token] = function

@@ -97,7 +97,7 @@ class LocalService:
         import cloudpickle
 
         try:
-            line = base64.b64encode(cloudpickle.dumps(functions)).decode() + "\n"
+            line = base64.b64encode(_dumps(cloudpickle, functions)).decode() + "\n"
         except Exception as error:
             raise ServiceError(
                 f"the pipeline's Python functions cannot be sent to the workers: {error}"
@@ -109,7 +109,12 @@ class LocalService:
                 process.stdin.flush()
         for index, process in enumerate(self.worker_processes):
             if process.poll() is None:
-                _ready_line(process, deadline, f"worker {index}", "registered")
+                said = _ready_line(process, deadline, f"worker {index}", ("registered", "failed"))
+                if said.startswith("failed"):
+                    raise ServiceError(
+                        f"worker {index} could not load the pipeline's Python functions: "
+                        f"{said.removeprefix('failed ')}"
+                    )
         return len(functions)
 
     def close(self, grace_s: float = 5.0) -> None:
@@ -190,16 +195,43 @@ def _start(arguments: list[str]) -> subprocess.Popen:
             os._exit(128 + signal.SIGKILL)
 
     environment = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", CUDA_VISIBLE_DEVICES="")
-    return subprocess.Popen(
+    log = tempfile.TemporaryFile(mode="w+")  # read on failure; a pipe could fill
+    process = subprocess.Popen(
         [sys.executable, "-m", "tfaccel", "data-service", *arguments, "--quiet"],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
-        stderr=tempfile.TemporaryFile(mode="w+"),  # read on failure; a pipe could fill
+        stderr=log,
         text=True,
         start_new_session=True,
         preexec_fn=setup,
         env=environment,
     )
+    _LOGS[process.pid] = log
+    return process
+
+
+_LOGS: dict = {}  # a server's pid -> its stderr file
+
+
+def _dumps(cloudpickle, functions: dict) -> bytes:
+    """`functions` pickled; those of modules a fresh interpreter may not import (scripts,
+    test files: not under the Python installation) by value."""
+    installed = (sys.prefix, sys.base_prefix)
+    modules = set()
+    for function in functions.values():
+        for part in (function, getattr(function, "_func", None)):
+            module = sys.modules.get(getattr(part, "__module__", None) or "")
+            path = getattr(module, "__file__", None) or ""
+            if module is not None and path and not path.startswith(installed):
+                if module.__name__ != "__main__" and not module.__name__.startswith("tfaccel"):
+                    modules.add(module)
+    for module in modules:
+        cloudpickle.register_pickle_by_value(module)
+    try:
+        return cloudpickle.dumps(functions)
+    finally:
+        for module in modules:
+            cloudpickle.unregister_pickle_by_value(module)
 
 
 def python_functions(dataset) -> dict:
@@ -223,7 +255,7 @@ def python_functions(dataset) -> dict:
 
 
 def _ready_line(
-    process: subprocess.Popen, deadline: float, what: str, ready: str = server.READY
+    process: subprocess.Popen, deadline: float, what: str, ready: str | tuple = server.READY
 ) -> str:
     """The server's ready line; raises `ServiceError` (with its stderr) if it exits or is late."""
     while True:
@@ -238,8 +270,11 @@ def _ready_line(
             if line:
                 continue
         if process.poll() is not None:
-            process.stderr.seek(0)
-            error = process.stderr.read().strip().splitlines()
+            log = _LOGS.get(process.pid)
+            error = []
+            if log is not None:
+                log.seek(0)
+                error = log.read().strip().splitlines()
             tail = "\n".join(error[-5:])
             if "port" in tail and "in use" in tail:
                 raise PortInUseError(tail)
@@ -267,6 +302,6 @@ def _stop(processes: list[subprocess.Popen], grace_s: float) -> None:
         if all(process.poll() is not None for process in processes):
             break
     for process in processes:
-        for stream in (process.stdin, process.stdout, process.stderr):
+        for stream in (process.stdin, process.stdout, _LOGS.pop(process.pid, None)):
             if stream is not None:
                 stream.close()
