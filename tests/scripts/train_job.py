@@ -8,6 +8,7 @@ import argparse
 import os
 import pathlib
 import signal
+import threading
 
 import keras
 import numpy as np
@@ -86,6 +87,10 @@ class SelfSignal(keras.callbacks.Callback):
         trainer_step = int(self.model.optimizer.iterations.numpy())
         if trainer_step >= self.step and not self.marker.exists():
             self.marker.write_text(str(trainer_step))
+            if self.sig == signal.SIGKILL:  # after the checkpoint being written, as if
+                for thread in threading.enumerate():  # saves were synchronous (kills
+                    if thread.name.startswith("tfaccel-save"):  # mid-write: see
+                        thread.join()  # tests/test_async_checkpoint.py)
             os.kill(os.getpid(), self.sig)
 
 
