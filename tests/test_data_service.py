@@ -124,6 +124,8 @@ def test_bad_arguments_get_clear_errors(service, static=None):
         data.pipeline(_ids(8), batch_size=4, training=False, service=f"grpc://localhost:{port}")
     with pytest.raises(ValueError, match="service_mode must be one of"):
         data.pipeline(_ids(8), batch_size=4, training=False, service=service, service_mode="x")
+    with pytest.raises(ValueError, match="every worker would write the same cache files"):
+        data.pipeline(_ids(8), batch_size=4, training=False, service=service, cache="/tmp/c")
     if static is None:
         with pytest.raises(ValueError, match="static_sharding=True"):
             data.pipeline(
@@ -215,20 +217,23 @@ _KILLED_PARENT = textwrap.dedent(
     """
     import json, os, sys, time
     from tfaccel.data import service
-    running = service.local(1)
-    print(json.dumps([p.pid for p in running.processes]), flush=True)
-    time.sleep(600)
+    with service.local(1) as running:
+        print(json.dumps([p.pid for p in running.processes]), flush=True)
+        time.sleep(600)
     """
 )
 
 
-def test_no_process_is_left_when_the_parent_is_killed():
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGKILL], ids=["ctrl-c", "sigkill"])
+def test_no_process_is_left_when_the_parent_is_interrupted_or_killed(sig):
     parent = subprocess.Popen(
         [sys.executable, "-c", _KILLED_PARENT], stdout=subprocess.PIPE, text=True
     )
     try:
         pids = json.loads(parent.stdout.readline())
         assert len(pids) == 2 and all(_alive(pid) for pid in pids)
+        parent.send_signal(sig)
+        parent.wait(30)
     finally:
         parent.kill()
         parent.wait(30)
@@ -238,38 +243,13 @@ def test_no_process_is_left_when_the_parent_is_killed():
     assert not any(_alive(pid) for pid in pids)
 
 
-def test_close_ends_every_process_after_a_worker_is_killed():
+def test_killed_servers_are_said_and_close_ends_every_process():
     with service_lib.local(2) as running:
         os.kill(running.worker_processes[0].pid, signal.SIGKILL)
-        pids = [p.pid for p in running.processes]
-    assert all(p.poll() is not None for p in running.processes)
-    assert not any(_alive(pid) for pid in pids)
-
-
-def test_a_dead_local_dispatcher_is_said_before_a_read():
-    with service_lib.local(1) as running:
         os.kill(running.dispatcher.pid, signal.SIGKILL)
         running.dispatcher.wait(30)
         with pytest.raises(service_lib.ServiceError, match="dispatcher .* has exited"):
             data.pipeline(_ids(8), batch_size=4, training=False, service=running)
-
-
-def _doubled(values):
-    return (values * 2).astype(np.float32)
-
-
-def test_python_functions_run_on_the_local_workers(service):
-    def prep(x, y):
-        out = tf.numpy_function(_doubled, [x], tf.float32)
-        out.set_shape(x.shape)
-        label = tf.py_function(lambda v: v + 1000, [y], tf.int64)
-        label.set_shape(y.shape)
-        return out, label
-
-    ds = data.pipeline(_ids(40), batch_size=8, training=True, preprocess=prep, service=service)
-    with guarded(service):
-        pairs = [(x.numpy(), y.numpy()) for x, y in ds]
-    labels = np.concatenate([y for _, y in pairs])
-    assert sorted(labels.tolist()) == list(range(1000, 1040))
-    for x, y in pairs:
-        np.testing.assert_array_equal(x[:, 0], (y - 1000) * 2)
+        pids = [p.pid for p in running.processes]
+    assert all(p.poll() is not None for p in running.processes)
+    assert not any(_alive(pid) for pid in pids)

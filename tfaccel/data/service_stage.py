@@ -116,6 +116,12 @@ def offload(s):
 
     if info.local is not None:
         info.local.check()
+    if s.config.cache not in (None, "memory"):
+        raise ValueError(
+            f"cache={s.config.cache!r} with service=: every worker would write the same "
+            "cache files. Use cache='memory' (each worker's own, for its job) or None, or "
+            "cache the decoded data to files first and read those as the source."
+        )
     if info.mode == "static" and s.config.shuffle_buffer is not None and s.config.seed is None:
         raise ValueError(
             "service_mode='static' shards by file, else each worker keeps every n-th batch "
@@ -141,6 +147,11 @@ def offload(s):
         here="prefetch, distribution to replicas",
         mode=info.mode,
     )
+    if s.config.cache == "memory":
+        s.plan.notes.append(
+            "service: cache='memory' is each worker's, for one job: the service starts a new "
+            "job each epoch, so the cache does not carry over epochs (cache=None saves memory)"
+        )
     if info.mode == "dynamic":
         s.plan.notes.append(
             "service: distributed_epoch — each example at most once an epoch (exactly once "
