@@ -273,7 +273,11 @@ class DeleteDirectory(keras.callbacks.Callback):
     def on_train_batch_end(self, batch, logs=None):
         if batch >= self.at_batch and not self.done:
             import shutil
+            import threading
 
+            for thread in threading.enumerate():  # the checkpoint being written first
+                if thread.name.startswith("tfaccel-save"):
+                    thread.join()
             shutil.rmtree(self.directory)
             self.done = True
 

@@ -380,7 +380,11 @@ class CheckpointState:
             NotADirectoryError: the directory was replaced by a file during training.
             OSError: it cannot be written any more (named, with TensorFlow's reason).
         """
-        self.wait()  # one save in flight at a time
+        try:
+            self.wait()  # one save in flight at a time
+        except OSError:
+            if "://" in self._write_dir or os.path.exists(self._write_dir):
+                raise  # else: the directory was deleted mid-write; `_recreate` says so
         if os.path.exists(self._write_dir) and not os.path.isdir(self._write_dir):
             raise NotADirectoryError(
                 f"Cannot save checkpoint {step}: checkpoint_dir {self._write_dir!r} is a "
