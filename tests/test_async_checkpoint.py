@@ -247,3 +247,21 @@ def test_the_files_of_a_save_killed_before_its_temp_folder_went_are_not_a_checkp
             state.close()
     assert int(objects["step"].numpy()) == 4
     assert not [p for p in tmp_path.iterdir() if p.name.startswith("ckpt-8")]
+
+
+def test_a_directory_replaced_by_a_file_during_a_background_write_is_named(tmp_path, slow_writes):
+    folder = tmp_path / "ckpt"
+
+    class ReplaceByFile(keras.callbacks.Callback):
+        def on_train_batch_end(self, batch, logs=None):
+            if batch == 1 and folder.is_dir():  # checkpoint 1 is still being written
+                import shutil
+
+                shutil.rmtree(folder)
+                folder.write_text("not a folder any more")
+
+    with pytest.raises(NotADirectoryError, match="is a file now.*Move that file away"):
+        make_trainer().fit(
+            data(), verbose=0, callbacks=[ReplaceByFile()], checkpoint_dir=str(folder),
+            checkpoint_every=1,
+        )  # fmt: skip

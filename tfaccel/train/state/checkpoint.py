@@ -380,17 +380,20 @@ class CheckpointState:
             NotADirectoryError: the directory was replaced by a file during training.
             OSError: it cannot be written any more (named, with TensorFlow's reason).
         """
+        replaced = NotADirectoryError(
+            f"Cannot save checkpoint {step}: checkpoint_dir {self._write_dir!r} is a "
+            "file now (it was a directory when training started). Move that file "
+            "away; the checkpoints saved so far were in that directory."
+        )
         try:
             self.wait()  # one save in flight at a time
-        except OSError:
+        except OSError as error:
+            if os.path.isfile(self._write_dir):  # the write in flight failed for it
+                raise replaced from error
             if "://" in self._write_dir or os.path.exists(self._write_dir):
                 raise  # else: the directory was deleted mid-write; `_recreate` says so
         if os.path.exists(self._write_dir) and not os.path.isdir(self._write_dir):
-            raise NotADirectoryError(
-                f"Cannot save checkpoint {step}: checkpoint_dir {self._write_dir!r} is a "
-                "file now (it was a directory when training started). Move that file "
-                "away; the checkpoints saved so far were in that directory."
-            )
+            raise replaced
         if "://" not in self._write_dir and not os.path.exists(self._write_dir):
             self._recreate(step)
         if self.lock is not None:
