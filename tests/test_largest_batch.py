@@ -3,7 +3,7 @@
 import keras
 import numpy as np
 import pytest
-import tensorflow as tf
+from oom_layer import OOMAbove
 
 from tfaccel import tuning
 from tfaccel.tuning.report import ProbeRow
@@ -11,25 +11,6 @@ from tfaccel.tuning.report import ProbeRow
 SCE = "sparse_categorical_crossentropy"
 X = np.random.default_rng(0).random((2048, 8)).astype("float32")
 Y = (X.sum(axis=1) > 4).astype("int32")
-
-
-def _host_terabytes(batch):
-    return np.empty((int(batch), 2**40), np.float32).sum(dtype=np.float32)
-
-
-class OOMAbove(keras.layers.Layer):
-    """Runs out of (host) memory for real when its batch exceeds `threshold`."""
-
-    def __init__(self, threshold, **kwargs):
-        super().__init__(**kwargs)
-        self.threshold = threshold
-
-    def call(self, x):
-        def allocate_terabytes():
-            total = tf.numpy_function(_host_terabytes, [tf.shape(x)[0]], tf.float32)
-            return x + tf.ensure_shape(total, [])
-
-        return tf.cond(tf.shape(x)[0] > self.threshold, allocate_terabytes, lambda: x)
 
 
 def _model(threshold):

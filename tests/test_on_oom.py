@@ -11,6 +11,7 @@ import keras
 import numpy as np
 import pytest
 import tensorflow as tf
+from oom_layer import OOMAbove
 
 import tfaccel
 from tfaccel.train.state.checkpoint import RunShape
@@ -19,25 +20,6 @@ from tfaccel.train.step.out_of_memory import split_until_fits
 RNG = np.random.default_rng(0)
 X = RNG.random((96, 6)).astype("float32")
 Y = (X.sum(axis=1) > 3).astype("int32")
-
-
-def _host_terabytes(batch):
-    return np.empty((int(batch), 2**40), np.float32).sum(dtype=np.float32)
-
-
-class OOMAbove(keras.layers.Layer):
-    """Runs out of memory for real when a replica's batch exceeds `threshold`."""
-
-    def __init__(self, threshold, **kwargs):
-        super().__init__(**kwargs)
-        self.threshold = threshold
-
-    def call(self, x):
-        def allocate_terabytes():
-            total = tf.numpy_function(_host_terabytes, [tf.shape(x)[0]], tf.float32)
-            return x + tf.ensure_shape(total, [])
-
-        return tf.cond(tf.shape(x)[0] > self.threshold, allocate_terabytes, lambda: x)
 
 
 def build(threshold):
