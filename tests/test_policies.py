@@ -22,14 +22,6 @@ def test_a_directory_is_kept_as_a_string():
     assert (policy.every, policy.keep, policy.resume) == (5, 1, "never")
 
 
-def test_from_fit_arguments():
-    policy = Checkpointing.from_fit_arguments(
-        checkpoint_dir="ckpt", checkpoint_every=2, keep=4, resume="force"
-    )
-    assert policy == Checkpointing("ckpt", every=2, keep=4, resume="force")
-    assert Checkpointing.from_fit_arguments() == Checkpointing(None)
-
-
 def test_they_are_frozen():
     with pytest.raises(dataclasses.FrozenInstanceError):
         Checkpointing("ckpt").keep = 5

@@ -165,7 +165,7 @@ class FitLoop:
     def _checkpoints(self, train: Feed, checkpointing: Checkpointing):
         """The run's `CheckpointState` (None without a directory); the data's fingerprint
         joins the run shape, and a warning names random ops a resume cannot replay."""
-        if checkpointing.directory is None:
+        if not checkpointing.enabled:
             return None
         _warn_if_random_state(train.dataset, checkpointing.directory)
         identity = train.fingerprint

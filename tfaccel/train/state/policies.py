@@ -101,13 +101,6 @@ class Checkpointing:
         """Whether checkpoints are written (a directory was given)."""
         return self.directory is not None
 
-    @classmethod
-    def from_fit_arguments(
-        cls, *, checkpoint_dir=None, checkpoint_every="epoch", keep=3, resume="auto"
-    ) -> Checkpointing:
-        """The policy of `Trainer.fit`'s `checkpoint_dir`, `checkpoint_every`, `keep`, `resume`."""
-        return cls(checkpoint_dir, every=checkpoint_every, keep=keep, resume=resume)
-
 
 @dataclasses.dataclass(frozen=True)
 class FaultPolicy:
