@@ -12,6 +12,12 @@ and their ratio B_simple = tr(Σ) / |G|² estimates the critical batch: well bel
 doubling the batch nearly halves the steps to a given loss (the same examples, fewer
 steps); well above it, a larger batch costs examples for nothing. The estimate is for
 the weights it is measured at (the noise scale grows as training proceeds).
+
+When B_simple is far above the big batch, |G|² is a small difference of two large,
+noisy means: on the CIFAR-shaped MLP of `benchmarks/batch_size_jobs.py` (B_simple ≈ 500,
+batches of 8 and 64), three seeds at the same weights read 0, 650 and unbounded. The
+estimate's relative standard error (`NoiseScale.relative_error`, delta method) says so;
+above `MAX_ERROR` the estimate is `reliable` no more and bounds nothing.
 """
 
 from __future__ import annotations
@@ -25,6 +31,8 @@ import tensorflow as tf
 
 from tfaccel.train.step.iterators import adopt
 
+MAX_ERROR = 0.5  # the largest relative standard error at which B_simple may bound a batch
+
 
 @dataclasses.dataclass(frozen=True)
 class NoiseScale:
@@ -37,6 +45,8 @@ class NoiseScale:
         trace_sigma: the estimate of tr(Σ), the per-example gradient variance.
         small, big: the two batch sizes measured.
         small_batches, batches: how many batches of each size were averaged.
+        relative_error: the estimate's relative standard error (delta method; inf when
+            either term came out <= 0 or too few batches were drawn to tell).
     """
 
     b_simple: float
@@ -46,14 +56,28 @@ class NoiseScale:
     big: int
     small_batches: int
     batches: int
+    relative_error: float = math.inf
+
+    @property
+    def reliable(self) -> bool:
+        """Whether the estimate is precise enough to bound a batch (error <= `MAX_ERROR`)."""
+        return self.relative_error <= MAX_ERROR
 
     def __str__(self) -> str:
         value = "unbounded" if math.isinf(self.b_simple) else f"{self.b_simple:,.0f}"
         return (
-            f"gradient noise scale B_simple ≈ {value} (|G|² {self.gradient_sq:.3g}, tr Σ "
+            f"gradient noise scale B_simple ≈ {value} ± {error_text(self.relative_error)} "
+            f"(|G|² {self.gradient_sq:.3g}, tr Σ "
             f"{self.trace_sigma:.3g}; {self.small_batches} batches of {self.small}, "
             f"{self.batches} of {self.big})"
         )
+
+
+def error_text(relative_error: float | None) -> str:
+    """A relative standard error as a percentage ("unbounded" when inf, "?" when unknown)."""
+    if relative_error is None:
+        return "?"
+    return "unbounded" if math.isinf(relative_error) else f"{relative_error:.0%}"
 
 
 def _squared_norm_fn(model: keras.Model, loss, element_spec):
@@ -176,4 +200,5 @@ def gradient_noise_scale(
         big,
         len(norms[small]),
         len(norms[big]),
+        relative_error(small, big, norms[small], norms[big]),
     )

@@ -9,10 +9,10 @@ warmed weights. The warm-up runs at the batch the search would choose but for th
 noise scale (the throughput knee), with the optimizer as given: it gets as far into
 training as its time allows, and a batch past the critical batch gains less per
 example there, so the noise scale it reads stays small and the bound still holds.
-Measured on a CIFAR-shaped MLP job (`benchmarks/batch_size_jobs.py`): B_simple ≈ 14
-after 10,000 examples at batch 32, ≈ 460 after one pass over the 50,000; training at
-batch 128 there reached batch 32's final accuracy in 0.14× its time. Read early, the
-bound had kept the batch at 32.
+An estimate whose relative standard error passes `noise.MAX_ERROR` is reported but
+bounds nothing (`NoiseStep.reliable`): on that CIFAR-shaped MLP job (B_simple ≈ 500,
+measured with batches of 8 and 64) a reading of 7 at ±60 % or more had kept the batch
+at 32, while the throughput knee, 64, reached batch 32's accuracy in 0.25× its time.
 
 Its cost is predicted from the candidates' own measurements: one fixed cost (a trace,
 as the probes took; two with a fresh build) plus the estimate's examples (all its
@@ -33,7 +33,7 @@ import statistics
 import tensorflow as tf
 
 from tfaccel.tuning.budget import NOISE_SHARE, TimeLimit, fixed_seconds, rate_at
-from tfaccel.tuning.noise import gradient_noise_scale
+from tfaccel.tuning.noise import MAX_ERROR, error_text, gradient_noise_scale
 from tfaccel.tuning.oom import is_out_of_memory, release_memory
 from tfaccel.tuning.report import ProbeRow
 
@@ -46,12 +46,20 @@ TOLERANCE = 0.1  # the estimate's relative standard error at which the draws sto
 
 @dataclasses.dataclass(frozen=True)
 class NoiseStep:
-    """What the noise-scale step did: the estimate (None if skipped) and a note."""
+    """What the noise-scale step did: the estimate (None if skipped), its error, a note."""
 
     b_simple: float | None
     warmup_examples: int
     seconds_estimate: float
     note: str
+    relative_error: float | None = None
+
+    @property
+    def reliable(self) -> bool:
+        """Whether the estimate may bound the batch: measured, error <= `MAX_ERROR`."""
+        if self.b_simple is None:
+            return False
+        return self.relative_error is not None and self.relative_error <= MAX_ERROR
 
 
 def plan(
@@ -165,6 +173,10 @@ def measure(search, limit: TimeLimit, largest: int, knee: int, warmup: int | Non
     logger.info("find_batch_size: %s", estimate)
     note = (
         f"after a warm-up of {warm_steps * warm_batch:,} examples at batch {warm_batch}; "
-        f"{estimate.batches} batches of {big}, {estimate.small_batches} of {small}"
+        f"{estimate.batches} batches of {big}, {estimate.small_batches} of {small}; "
+        f"relative standard error {error_text(estimate.relative_error)}"
     )
-    return NoiseStep(estimate.b_simple, warm_steps * warm_batch, total, note)
+    if not estimate.reliable:
+        note += f" (over {MAX_ERROR:.0%}: too noisy to bound the batch, not applied)"
+    examples_seen = warm_steps * warm_batch
+    return NoiseStep(estimate.b_simple, examples_seen, total, note, estimate.relative_error)

@@ -6,6 +6,8 @@ import dataclasses
 import math
 import os
 
+from tfaccel.tuning.noise import MAX_ERROR, error_text
+
 REASONS = ("ok", "oom", "budget", "limit", "data", "steps per epoch", "time")
 UNTRIED = ("limit", "data", "steps per epoch", "time")  # reasons of candidates never run
 
@@ -97,6 +99,8 @@ class BatchSizeReport:
             gradient is lost in the noise, no bound; None: not measured, see
             `noise_scale_note`).
         noise_scale_note: how it was measured (the warm-up), or why it was not.
+        noise_scale_error: the noise scale's relative standard error; above
+            `noise.MAX_ERROR` it is too noisy to bound the batch and was not applied.
         limits: the largest batch each limit allows: "memory" (the largest that ran),
             "throughput knee", "noise scale" (B_simple), "steps per epoch" (the
             examples over `min_steps_per_epoch`) and "time to accuracy" (within the
@@ -126,6 +130,7 @@ class BatchSizeReport:
     decided_by: str = "throughput knee"
     noise_scale_note: str = ""
     limits: dict = dataclasses.field(default_factory=dict)
+    noise_scale_error: float | None = None
 
     @property
     def accumulation_batch_size(self) -> int | None:
@@ -145,6 +150,7 @@ class BatchSizeReport:
         data = dataclasses.asdict(self)
         data["rows"] = [row.to_dict() for row in self.rows]
         data["noise_scale"] = _json_number(self.noise_scale)
+        data["noise_scale_error"] = _json_number(self.noise_scale_error)
         data["limits"] = {name: _json_number(value) for name, value in self.limits.items()}
         return data
 
@@ -155,6 +161,7 @@ class BatchSizeReport:
         values = {k: v for k, v in data.items() if k in fields}
         values["rows"] = [ProbeRow(**row) for row in data["rows"]]
         values["noise_scale"] = _number(values.get("noise_scale"))
+        values["noise_scale_error"] = _number(values.get("noise_scale_error"))
         values["limits"] = {k: _number(v) for k, v in values.get("limits", {}).items()}
         return cls(**values)
 
@@ -222,6 +229,10 @@ class BatchSizeReport:
         for name, value in self.limits.items():
             if name == "noise scale":
                 shown = "not measured" if value is None else f"B_simple ≈ {_batch(value)}"
+                error = self.noise_scale_error
+                if value is not None and error is not None:
+                    shown += f" ± {error_text(error)}"
+                    shown += " (too noisy: not applied)" if not error <= MAX_ERROR else ""
                 parts.append(f"noise scale {shown}")
             elif name == "memory":
                 parts.append(f"memory ≤ {value} (largest that ran)")
