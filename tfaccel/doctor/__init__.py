@@ -9,6 +9,7 @@ The live counterpart is `tfaccel.callbacks.Bottleneck` (shares of each epoch's t
 """
 
 from tfaccel.doctor.diagnose import diagnose
+from tfaccel.doctor.mfu import Utilisation
 from tfaccel.doctor.peak import matmul_peak, training_flops_per_example
 from tfaccel.doctor.report import Report
 from tfaccel.doctor.verdict import Fix, Measured
@@ -17,6 +18,7 @@ __all__ = [
     "Fix",
     "Measured",
     "Report",
+    "Utilisation",
     "diagnose",
     "matmul_peak",
     "training_flops_per_example",

@@ -11,7 +11,7 @@ import tensorflow as tf
 from tfaccel import precision
 from tfaccel.data.feed import Feed
 from tfaccel.data.plan import graph_stages, missing
-from tfaccel.doctor import machine, measure, peak, variants
+from tfaccel.doctor import machine, measure, mfu, peak, variants
 from tfaccel.doctor import verdict as rules
 from tfaccel.doctor.report import Report
 from tfaccel.doctor.snapshot import Snapshot
@@ -102,6 +102,7 @@ def diagnose(
     state = Snapshot(runner.strategy, runner.state_variables())
     try:
         measured, notes, budget = _measure(job, feed, batch, began, budget_s, rounds)
+        utilisation = mfu.measure(runner.model, feed.dataset.element_spec[0], measured)
         notes += _measure_precision(job, feed, measured)
         if deep:
             notes += _measure_xla(job, feed, measured)
@@ -115,6 +116,7 @@ def diagnose(
         notes=notes,
         cost_s=time.perf_counter() - began,
         budget_s=budget,
+        mfu=utilisation,
     )
     return report
 

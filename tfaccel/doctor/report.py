@@ -27,6 +27,8 @@ class Report:
         notes: lines explaining what was measured and how (multi-worker, CPU, ...).
         cost_s: the diagnosis's wall time (tracing included).
         budget_s: the time it aimed to stay under.
+        mfu: the real step's model FLOPs utilisation (`mfu.Utilisation`; None when the
+            FLOPs could not be counted).
     """
 
     verdict: str
@@ -35,6 +37,7 @@ class Report:
     notes: list
     cost_s: float
     budget_s: float
+    mfu: object = None
 
     @property
     def no_software_fix(self) -> bool:
@@ -79,6 +82,7 @@ class Report:
             "notes": list(self.notes),
             "cost_s": self.cost_s,
             "budget_s": self.budget_s,
+            "mfu": None if self.mfu is None else dataclasses.asdict(self.mfu),
         }
 
     def __str__(self) -> str:
@@ -115,6 +119,7 @@ class Report:
             lines.append(f"  {disagreement[0].upper()}{disagreement[1:]}.")
         lines.append(self._memory_line())
         lines.append(self._compute_line())
+        lines.append(self.mfu.line() if self.mfu else "MFU: not measured (FLOPs not countable).")
         lines.append("Fixes, best first (predicted examples/s after ÷ now):")
         if not self.fixes:
             lines.append("  none found")
