@@ -30,6 +30,8 @@ def check_port_free(port: int) -> None:
         return
     for family, host in ((socket.AF_INET, "0.0.0.0"), (socket.AF_INET, "127.0.0.1")):
         with socket.socket(family, socket.SOCK_STREAM) as probe:
+            # a listener still blocks; a killed server's TIME_WAIT connections do not
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             try:
                 probe.bind((host, port))
             except OSError as error:

@@ -26,14 +26,38 @@ import subprocess
 import sys
 import tempfile
 import time
+from typing import Any
 
 from tfaccel import data_service_server as server
+from tfaccel.data.service_watch import Watch
 from tfaccel.errors import PortInUseError, ServiceError
 
 MODES = ("dynamic", "static")
 """`service_mode` values: "dynamic" (`distributed_epoch`, the default) or "static"."""
 
-__all__ = ["MODES", "LocalService", "PortInUseError", "ServiceError", "local"]
+ENV = "TFACCEL_DATA_SERVICE"
+"""The environment variable naming the service `tfaccel launch --data-workers` started."""
+ENV_WORKERS = "TFACCEL_DATA_SERVICE_WORKERS"
+
+__all__ = [
+    "ENV",
+    "ENV_WORKERS",
+    "MODES",
+    "LocalService",
+    "PortInUseError",
+    "ServiceError",
+    "from_env",
+    "local",
+]
+
+
+def from_env() -> str | None:
+    """The service address `tfaccel launch --data-workers K` gave this process, or None.
+
+    `data.pipeline(..., service="auto")` reads it: a script launched with
+    `--data-workers` offloads its preprocessing, the same script run alone keeps it here.
+    """
+    return os.environ.get(ENV) or None
 
 
 @dataclasses.dataclass
@@ -53,6 +77,7 @@ class LocalService:
     worker_addresses: list[str]
     processes: list[subprocess.Popen]
     static_sharding: bool = False
+    watch: Any = dataclasses.field(default=None, repr=False)
 
     def __enter__(self) -> LocalService:
         return self
@@ -118,7 +143,10 @@ class LocalService:
         return len(functions)
 
     def close(self, grace_s: float = 5.0) -> None:
-        """Stops every process (SIGTERM to its group, SIGKILL after `grace_s`)."""
+        """Stops the watch, then every process (SIGTERM to its group, SIGKILL after
+        `grace_s`)."""
+        if self.watch is not None:
+            self.watch.stop()
         _stop(self.processes, grace_s)
 
     def __repr__(self) -> str:
@@ -132,6 +160,7 @@ def local(
     worker_timeout_ms: int = 4000,
     port: int = 0,
     static_sharding: bool = False,
+    stall_timeout_s: float | None = 60.0,
 ) -> LocalService:
     """Starts a dispatcher and `workers` worker processes on this machine.
 
@@ -148,6 +177,9 @@ def local(
         static_sharding: give the dispatcher the fixed list of workers, which
             `service_mode="static"` needs; a killed worker then stalls the job until it
             is back (dynamic sharding goes on without it).
+        stall_timeout_s: after a server dies, how long the workers left may stay idle
+            before the stalled read is ended (`KeyboardInterrupt`, then exit status 75:
+            see `tfaccel.data.service_watch`); None waits for ever.
 
     Raises:
         ValueError: `workers` is not a positive int.
@@ -180,7 +212,10 @@ def local(
     except BaseException:
         _stop(processes, 1.0)
         raise
-    return LocalService(f"grpc://{address}", workers, addresses, processes, static_sharding)
+    service = LocalService(f"grpc://{address}", workers, addresses, processes, static_sharding)
+    service.watch = Watch(service, stall_timeout_s)
+    service.watch.start()
+    return service
 
 
 def _start(arguments: list[str]) -> subprocess.Popen:
