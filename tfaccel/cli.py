@@ -57,6 +57,15 @@ def _cluster_text(cluster: dict) -> str:
 
 
 def _launch(args: argparse.Namespace) -> int:
+    if getattr(args, "data_workers", None) is not None:  # a local tf.data service
+        from tfaccel.launch_data import service_for_job
+
+        workers, args.data_workers = args.data_workers, None
+        if workers < 1:
+            print(f"tfaccel launch: --data-workers must be >= 1, got {workers}", file=sys.stderr)
+            return 2
+        with service_for_job(workers):
+            return _launch(args)
     from tfaccel import launch
 
     command = args.command_args[1:] if args.command_args[:1] == ["--"] else args.command_args
@@ -292,6 +301,13 @@ def build_parser() -> argparse.ArgumentParser:
     launch.add_argument("--workers", type=int, required=True, help="number of workers (>= 1)")
     launch.add_argument("--cpus-per-worker", type=int, help="pin each worker to K cores")
     launch.add_argument("--timeout", type=float, help="stop everything after S seconds")
+    launch.add_argument(
+        "--data-workers",
+        type=int,
+        metavar="K",
+        help="also run a local tf.data service (a dispatcher and K worker processes) for "
+        "the job; data.pipeline(..., service='auto') uses it (TFACCEL_DATA_SERVICE)",
+    )
     launch.add_argument(
         "--startup-timeout",
         type=float,

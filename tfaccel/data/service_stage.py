@@ -60,7 +60,12 @@ def info_of(service: Any, mode: str | None) -> ServiceInfo | None:
         ValueError: a bad address or mode, or a mode without a service.
         ServiceError: no dispatcher at the address, or the local one has exited.
         TypeError: `service` is neither an address nor a `LocalService`.
+
+    `service="auto"` is the service of `tfaccel launch --data-workers` (its address in
+    the environment, `tfaccel.data.service.from_env`), or None when there is none.
     """
+    if service == "auto":
+        return _from_env(mode)
     if service is None:
         if mode is not None:
             raise ValueError("service_mode was given without service=.")
@@ -90,6 +95,20 @@ def info_of(service: Any, mode: str | None) -> ServiceInfo | None:
         )
     _check_listening(host, int(port), service)
     return ServiceInfo(f"grpc://{address}", mode)
+
+
+def _from_env(mode: str | None) -> ServiceInfo | None:
+    """`service="auto"`: the service `tfaccel launch --data-workers` started, else None."""
+    import os
+
+    from tfaccel.data.service import ENV_WORKERS, from_env
+
+    address = from_env()
+    if address is None:
+        return None
+    workers = os.environ.get(ENV_WORKERS, "")
+    info = info_of(address, mode)
+    return dataclasses.replace(info, workers=int(workers) if workers.isdigit() else None)
 
 
 def _check_listening(host: str, port: int, service: str, timeout_s: float = 5.0) -> None:
