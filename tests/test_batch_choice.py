@@ -9,7 +9,7 @@ import pytest
 import tensorflow as tf
 
 from tfaccel import tuning
-from tfaccel.tuning import budget, inputs, noise_probe, time_to_accuracy
+from tfaccel.tuning import budget, inputs, noise, noise_probe, time_to_accuracy
 from tfaccel.tuning.report import BatchSizeReport, ProbeRow
 
 SCE = "sparse_categorical_crossentropy"
@@ -70,8 +70,10 @@ def test_the_noise_scale_decides_when_it_is_the_smallest_limit():
     )
     assert report.max_batch_size == 128 and report.limits["throughput knee"] == 128
     assert report.noise_scale == pytest.approx(exact, rel=0.5)
-    # The bound, rounded down to the granularity (8): smaller than the knee and memory.
-    assert report.best_batch_size == int(report.noise_scale) // 8 * 8 < 128
+    # The largest B_simple the estimate supports (two standard errors up), rounded down
+    # to the granularity (8): smaller than the knee and memory.
+    bound = noise.upper_limit(report.noise_scale, report.noise_scale_error)
+    assert report.best_batch_size == int(bound) // 8 * 8 < 128
     assert report.decided_by == "noise scale"
     table = report.table()
     assert "noise scale B_simple ≈" in table and "decided by the noise scale" in table

@@ -49,11 +49,11 @@ def test_the_estimate_carries_its_relative_error():
     assert noise.error_text(math.inf) == "unbounded" and noise.error_text(0.25) == "25%"
 
 
-def search(monkeypatch, relative_error: float) -> BatchSizeReport:
-    """A search whose noise scale reads 5 with `relative_error`, and a knee at 128."""
+def search(monkeypatch, relative_error: float, b_simple: float = 5.0) -> BatchSizeReport:
+    """A search whose noise scale reads `b_simple` ± `relative_error`, and a knee at 128."""
 
     def estimate(*args, **kwargs):
-        return noise.NoiseScale(5.0, 1.0, 5.0, 8, 64, 128, 16, relative_error)
+        return noise.NoiseScale(b_simple, 1.0, b_simple, 8, 64, 128, 16, relative_error)
 
     monkeypatch.setattr(noise_probe, "gradient_noise_scale", estimate)
     model, data = linear([0.5, -1.0, 0.0, 2.0])
@@ -75,10 +75,16 @@ def test_a_noisy_estimate_bounds_nothing_and_the_report_says_why(monkeypatch):
     assert choice.batch_size == 128 and "too noisy: not applied" in choice.reason
 
 
-def test_a_precise_estimate_still_bounds(monkeypatch):
+def test_a_precise_estimate_bounds_at_the_largest_b_simple_it_supports(monkeypatch):
+    # 5 ± 10 %: two standard errors allow up to 5 / (1 - 2 × 0.1) = 6.25.
+    assert noise.upper_limit(5.0, 0.1) == pytest.approx(6.25)
+    assert noise.upper_limit(5.0, 0.5) == math.inf and noise.upper_limit(5.0, None) == math.inf
     report = search(monkeypatch, relative_error=0.1)
     assert report.best_batch_size == 8 and report.decided_by == "noise scale"
-    assert "B_simple ≈ 5 ± 10%" in report.limits_line() and "not applied" not in str(report)
+    assert "B_simple ≈ 5 ± 10% (allows ≤ 6)" in report.limits_line()
+    assert "not applied" not in str(report)
+    # 20 ± 20 % allows up to 33: batch 32 is within it, 64 is not.
+    assert search(monkeypatch, relative_error=0.2, b_simple=20.0).best_batch_size == 32
 
 
 def test_the_error_survives_json(monkeypatch):
@@ -90,7 +96,8 @@ def test_the_error_survives_json(monkeypatch):
     assert "± unbounded (too noisy: not applied)" in back.limits_line()
 
 
-@pytest.mark.parametrize("error, reliable", [(None, False), (0.5, True), (0.51, False)])
+@pytest.mark.parametrize("error, reliable", [(None, False), (0.49, True), (0.5, False)])
 def test_a_step_is_reliable_only_when_measured_precisely(error, reliable):
-    assert noise_probe.NoiseStep(40.0, 0, 0.0, "", error).reliable is reliable
+    step = noise_probe.NoiseStep(40.0, 0, 0.0, "", error)
+    assert step.reliable is reliable and math.isfinite(step.bound) is reliable
     assert not noise_probe.NoiseStep(None, 0, 0.0, "", 0.1).reliable

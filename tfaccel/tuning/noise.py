@@ -16,8 +16,10 @@ the weights it is measured at (the noise scale grows as training proceeds).
 When B_simple is far above the big batch, |G|² is a small difference of two large,
 noisy means: on the CIFAR-shaped MLP of `benchmarks/batch_size_jobs.py` (B_simple ≈ 500,
 batches of 8 and 64), three seeds at the same weights read 0, 650 and unbounded. The
-estimate's relative standard error (`NoiseScale.relative_error`, delta method) says so;
-above `MAX_ERROR` the estimate is `reliable` no more and bounds nothing.
+estimate's relative standard error (`NoiseScale.relative_error`, delta method) says so.
+A batch is bounded by the largest B_simple the estimate supports, `upper_limit` (|G|²
+`Z` standard errors lower); from `MAX_ERROR` = 1 / `Z` on that is unbounded: the
+estimate is not `reliable` and bounds nothing.
 """
 
 from __future__ import annotations
@@ -31,7 +33,15 @@ import tensorflow as tf
 
 from tfaccel.train.step.iterators import adopt
 
-MAX_ERROR = 0.5  # the largest relative standard error at which B_simple may bound a batch
+Z = 2.0  # standard errors: the bound is the largest B_simple the estimate supports at Z
+MAX_ERROR = 1.0 / Z  # from this relative standard error on, that bound is unbounded
+
+
+def upper_limit(b_simple: float, relative_error: float | None) -> float:
+    """The largest B_simple the estimate supports, b / (1 - Z × error); inf from `MAX_ERROR`."""
+    if relative_error is None or not relative_error < MAX_ERROR:
+        return math.inf
+    return b_simple / (1.0 - Z * relative_error)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -60,8 +70,13 @@ class NoiseScale:
 
     @property
     def reliable(self) -> bool:
-        """Whether the estimate is precise enough to bound a batch (error <= `MAX_ERROR`)."""
-        return self.relative_error <= MAX_ERROR
+        """Whether the estimate is precise enough to bound a batch (error < `MAX_ERROR`)."""
+        return self.relative_error < MAX_ERROR
+
+    @property
+    def upper(self) -> float:
+        """The largest B_simple it supports (`upper_limit`): the bound on a batch."""
+        return upper_limit(self.b_simple, self.relative_error)
 
     def __str__(self) -> str:
         value = "unbounded" if math.isinf(self.b_simple) else f"{self.b_simple:,.0f}"

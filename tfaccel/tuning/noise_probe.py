@@ -9,10 +9,12 @@ warmed weights. The warm-up runs at the batch the search would choose but for th
 noise scale (the throughput knee), with the optimizer as given: it gets as far into
 training as its time allows, and a batch past the critical batch gains less per
 example there, so the noise scale it reads stays small and the bound still holds.
-An estimate whose relative standard error passes `noise.MAX_ERROR` is reported but
-bounds nothing (`NoiseStep.reliable`): on that CIFAR-shaped MLP job (B_simple ≈ 500,
-measured with batches of 8 and 64) a reading of 7 at ±60 % or more had kept the batch
-at 32, while the throughput knee, 64, reached batch 32's accuracy in 0.25× its time.
+The batch is bounded by the largest B_simple the estimate supports (`NoiseStep.bound`,
+`noise.upper_limit`); an estimate whose relative standard error reaches `noise.MAX_ERROR`
+supports any, and is reported, not applied (`NoiseStep.reliable`). On a CIFAR-shaped
+MLP job (`benchmarks/batch_size_jobs.py`; B_simple ≈ 500, measured with batches of 8
+and 64) a reading of 7, of that kind, had kept the batch at 32, while the throughput
+knee, 64, reached batch 32's accuracy in 0.25× its time.
 
 Its cost is predicted from the candidates' own measurements: one fixed cost (a trace,
 as the probes took; two with a fresh build) plus the estimate's examples (all its
@@ -33,7 +35,7 @@ import statistics
 import tensorflow as tf
 
 from tfaccel.tuning.budget import NOISE_SHARE, TimeLimit, fixed_seconds, rate_at
-from tfaccel.tuning.noise import MAX_ERROR, error_text, gradient_noise_scale
+from tfaccel.tuning.noise import MAX_ERROR, error_text, gradient_noise_scale, upper_limit
 from tfaccel.tuning.oom import is_out_of_memory, release_memory
 from tfaccel.tuning.report import ProbeRow
 
@@ -56,10 +58,15 @@ class NoiseStep:
 
     @property
     def reliable(self) -> bool:
-        """Whether the estimate may bound the batch: measured, error <= `MAX_ERROR`."""
+        """Whether the estimate may bound the batch: measured, error < `MAX_ERROR`."""
+        return self.b_simple is not None and math.isfinite(self.bound)
+
+    @property
+    def bound(self) -> float:
+        """The largest B_simple the estimate supports (`noise.upper_limit`; inf: none)."""
         if self.b_simple is None:
-            return False
-        return self.relative_error is not None and self.relative_error <= MAX_ERROR
+            return math.inf
+        return upper_limit(self.b_simple, self.relative_error)
 
 
 def plan(
@@ -177,6 +184,6 @@ def measure(search, limit: TimeLimit, largest: int, knee: int, warmup: int | Non
         f"relative standard error {error_text(estimate.relative_error)}"
     )
     if not estimate.reliable:
-        note += f" (over {MAX_ERROR:.0%}: too noisy to bound the batch, not applied)"
+        note += f" (from {MAX_ERROR:.0%} on: too noisy to bound the batch, not applied)"
     examples_seen = warm_steps * warm_batch
     return NoiseStep(estimate.b_simple, examples_seen, total, note, estimate.relative_error)

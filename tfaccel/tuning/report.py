@@ -6,7 +6,7 @@ import dataclasses
 import math
 import os
 
-from tfaccel.tuning.noise import MAX_ERROR, error_text
+from tfaccel.tuning.noise import error_text, upper_limit
 
 REASONS = ("ok", "oom", "budget", "limit", "data", "steps per epoch", "time")
 UNTRIED = ("limit", "data", "steps per epoch", "time")  # reasons of candidates never run
@@ -99,8 +99,9 @@ class BatchSizeReport:
             gradient is lost in the noise, no bound; None: not measured, see
             `noise_scale_note`).
         noise_scale_note: how it was measured (the warm-up), or why it was not.
-        noise_scale_error: the noise scale's relative standard error; above
-            `noise.MAX_ERROR` it is too noisy to bound the batch and was not applied.
+        noise_scale_error: the noise scale's relative standard error: the bound is the
+            largest B_simple it supports (`noise.upper_limit`); from `noise.MAX_ERROR` on
+            it is too noisy to bound the batch and was not applied.
         limits: the largest batch each limit allows: "memory" (the largest that ran),
             "throughput knee", "noise scale" (B_simple), "steps per epoch" (the
             examples over `min_steps_per_epoch`) and "time to accuracy" (within the
@@ -232,7 +233,12 @@ class BatchSizeReport:
                 error = self.noise_scale_error
                 if value is not None and error is not None:
                     shown += f" ± {error_text(error)}"
-                    shown += " (too noisy: not applied)" if not error <= MAX_ERROR else ""
+                    bound = upper_limit(value, error)
+                    shown += (
+                        " (too noisy: not applied)"
+                        if math.isinf(bound)
+                        else f" (allows ≤ {_batch(bound)})"
+                    )
                 parts.append(f"noise scale {shown}")
             elif name == "memory":
                 parts.append(f"memory ≤ {value} (largest that ran)")

@@ -108,13 +108,14 @@ def find_batch_size(
             after a warm-up: see `noise_warmup`) and keep `best_batch_size` at or below
             it: past B_simple a larger batch spends examples without saving steps. Within
             the limits, the batch is then the smallest whose predicted time to a loss,
-            (1 + B / B_simple) / examples/s, is within `knee` of the least. An
-            estimate too noisy to tell (relative standard error over `noise.MAX_ERROR`)
-            is reported but applies neither rule. On by default; it continues from the
-            last probe's model. Under a time limit its predicted cost is reserved: no
-            candidate is started that would eat into it. It is skipped (the report's
-            `noise_scale_note` says so) when its cost does not fit even so (e.g. the
-            first candidate took the whole limit).
+            (1 + B / B_simple) / examples/s, is within `knee` of the least. Both rules
+            take the largest B_simple the estimate supports (`noise.upper_limit`: two
+            standard errors up); an estimate too noisy to tell (relative standard error
+            from `noise.MAX_ERROR` on) is reported but applies neither. On by default;
+            it continues from the last probe's model. Under a time limit its predicted
+            cost is reserved: no candidate is started that would eat into it. It is
+            skipped (the report's `noise_scale_note` says so) when its cost does not
+            fit even so (e.g. the first candidate took the whole limit).
         noise_warmup: examples to train the model on (at the throughput knee, the
             optimizer as given) before estimating the noise scale, which grows as the
             loss falls. None: one pass over the data (at most 50,000 examples), or what
@@ -248,7 +249,7 @@ def find_batch_size(
     if step is not None:
         limits["noise scale"] = step.b_simple
         if step.reliable:  # too noisy an estimate is reported, not applied
-            bounds.append((step.b_simple, "noise scale"))
+            bounds.append((step.bound, "noise scale"))
     if search.examples:
         limits["steps per epoch"] = search.examples // min_steps_per_epoch
         bounds.append((limits["steps per epoch"], "steps per epoch"))
@@ -262,10 +263,10 @@ def find_batch_size(
         allowed = max(within[-1], rounded if rounded >= fitting[0] else 0)
         if allowed < best:
             best, decided_by = allowed, name
-    if step is not None and step.reliable and step.b_simple > 0:
+    if step is not None and step.reliable and step.bound > 0:
         # Within the bounds, the batch reaching a loss soonest: a larger one must gain
         # more examples/s than the extra examples it needs (time_to_accuracy).
-        soonest = time_to_accuracy.soonest_batch(rows, best, step.b_simple, knee)
+        soonest = time_to_accuracy.soonest_batch(rows, best, step.bound, knee)
         limits["time to accuracy"] = soonest
         if soonest < best:
             best, decided_by = soonest, "time to accuracy"
