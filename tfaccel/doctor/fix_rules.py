@@ -7,6 +7,7 @@ the modelled step with a fix) is in `verdict`.
 from __future__ import annotations
 
 from tfaccel.data.plan import missing
+from tfaccel.doctor.service_fix import service_fixes
 from tfaccel.doctor.verdict import (
     COMMUNICATION_TARGET,
     MAX_ACCUMULATE,
@@ -76,7 +77,7 @@ def input_fixes(m: Measured) -> list[Fix]:
                 "the pipeline is parallel, cached and prefetched already; its source limits it",
             )
         )
-    return out
+    return out + service_fixes(m)
 
 
 def _input_fix(m: Measured, action: str, measured, what: str, t_in: float, model: int) -> Fix:
