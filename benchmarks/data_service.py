@@ -15,6 +15,7 @@ not timed; the first epoch is a warm-up, not timed).
 
     python benchmarks/data_service.py                 # the full run -> results/data_service.json
     python benchmarks/data_service.py --smoke         # a short check, writes nothing
+    python benchmarks/data_service.py --plot          # results/data_service.png from the JSON
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ import sys
 
 HERE = pathlib.Path(__file__).resolve().parent
 RESULTS = HERE / "results" / "data_service.json"
+PLOT = RESULTS.with_suffix(".png")
 
 CHILD = r"""
 import json, os, sys, time
@@ -115,6 +117,28 @@ def run_one(job: str, workers: int, examples: int, epochs: int, work: int, timeo
     return json.loads(result.stdout.strip().splitlines()[-1])
 
 
+def plot(results: dict, path: pathlib.Path) -> None:
+    """Examples/s ÷ the hand-tuned local pipeline's, per job and worker count."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6.4, 3.8))
+    for job, label in (("python", "Python-bound (numpy_function)"), ("tfops", "TF ops")):
+        rows = sorted((r for r in results["rows"] if r["job"] == job), key=lambda r: r["workers"])
+        workers = [r["workers"] for r in rows]
+        ax.plot(workers, [r["speedup_vs_local"] for r in rows], "o-", label=label)
+    ax.axhline(1.0, color="gray", linewidth=0.8, linestyle="--")
+    ax.set_xticks(range(4), ["local\n(hand-tuned)", "local(1)", "local(2)", "local(3)"])
+    ax.set_ylabel("training examples/s ÷ local")
+    cpus = results["settings"].get("cpus")
+    ax.set_title(f"tf.data service workers on the trainer's machine ({cpus} cores)")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
 def main(argv=None) -> int:
     """Runs the configurations, prints the table; the full run writes the JSON."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -123,7 +147,12 @@ def main(argv=None) -> int:
     parser.add_argument("--epochs", type=int, default=2)
     parser.add_argument("--work", type=int, default=200, help="passes of per-example work")
     parser.add_argument("--workers", default="0,1,2,3", help="service sizes (0: local)")
+    parser.add_argument("--plot", action="store_true", help="only plot the JSON results")
     args = parser.parse_args(argv)
+    if args.plot:
+        plot(json.loads(RESULTS.read_text()), PLOT)
+        print(f"wrote {PLOT}")
+        return 0
     if args.smoke:
         args.examples, args.epochs, args.work, args.workers = 1000, 1, 4, "0,2"
     sizes = [int(k) for k in args.workers.split(",")]
@@ -147,8 +176,10 @@ def main(argv=None) -> int:
         RESULTS.parent.mkdir(exist_ok=True)
         settings = {k: getattr(args, k) for k in ("examples", "epochs", "work")}
         settings["cpus"] = os.cpu_count()
-        RESULTS.write_text(json.dumps({"settings": settings, "rows": rows}, indent=2) + "\n")
-        print(f"wrote {RESULTS}")
+        results = {"settings": settings, "rows": rows}
+        RESULTS.write_text(json.dumps(results, indent=2) + "\n")
+        plot(results, PLOT)
+        print(f"wrote {RESULTS} and {PLOT}")
     return 0
 
 
