@@ -9,6 +9,7 @@ import time
 
 import numpy as np
 import pytest
+from run_compare import assert_same_run
 
 from tfaccel import launch
 
@@ -79,7 +80,8 @@ def job_command(tmp, name, *extra):
     """The training job, 2 epochs on a seeded `tfaccel.data` pipeline (exact resume)."""
     ckpt, out = str(tmp / f"{name}-ckpt"), str(tmp / name)
     job = [sys.executable, str(JOB), "--ckpt", ckpt, "--out", out]
-    return [*job, "--augment", "--epochs", "2", *extra]
+    history = ["--history-log", str(tmp / f"{name}.jsonl")]
+    return [*job, "--augment", "--epochs", "2", *history, *extra]
 
 
 def worker_results(tmp, name):
@@ -250,3 +252,52 @@ def test_docs_model_fit_script_runs_on_two_workers(tmp_path):
     )
     evaluated = re.findall(r"all digits: \{'accuracy': ([0-9.]+)", result.stdout)
     assert len(evaluated) == 2 and min(map(float, evaluated)) > 0.6  # the user's model, trained
+
+
+# -- elastic: a run saved on N workers resumes on M (tfaccel.data.global_order) -----------------
+
+
+def test_two_workers_killed_resume_on_one_then_on_two_exactly(tmp_path, two_workers):
+    first, second = str(tmp_path / "k1"), str(tmp_path / "k2")
+    command = job_command(tmp_path, "out", "--kill-at", "8", "--kill-worker", "1")
+    killed = tfaccel_launch("--workers", "2", "--timeout", "200", "--", *command, "--marker", first)
+    assert killed.returncode != 0 and pathlib.Path(first).exists()
+    command = job_command(tmp_path, "out", "--kill-at", "20", "--marker", second)
+    killed = tfaccel_launch("--workers", "1", "--timeout", "200", "--", *command)
+    assert killed.returncode != 0 and pathlib.Path(second).exists()
+    finished = tfaccel_launch(
+        "--workers", "2", "--timeout", "200", "--", *job_command(tmp_path, "out")
+    )
+    assert finished.returncode == 0, finished.stdout[-3000:]
+    assert_same_run(tmp_path, "out", "out", suffix=".worker0.npz", reference_tmp=two_workers[1])
+
+
+def test_min_workers_continues_without_a_lost_worker_exactly(tmp_path, two_workers):
+    # Worker 1 dies at step 14 with no restarts left: the job re-forms on one worker from
+    # the checkpoint of step 12 and ends with the uninterrupted two-worker run's numbers.
+    ckpt = str(tmp_path / "out-ckpt")
+    command = job_command(tmp_path, "out", "--kill-at", "14", "--kill-worker", "1")
+    result = tfaccel_launch(
+        "--workers",
+        "2",
+        "--min-workers",
+        "1",
+        "--checkpoint-dir",
+        ckpt,
+        "--timeout",
+        "200",
+        "--",
+        *command,
+    )
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-2000:]
+    assert (
+        "worker 1 died (signal 9) after 0 restart(s): worker 1 lost; continuing on 1 worker(s) "
+        f"from step 12 (the last checkpoint in {ckpt})" in result.stderr
+    )
+    assert_same_run(tmp_path, "out", "out", suffix=".worker0.npz", reference_tmp=two_workers[1])
+
+
+def test_min_workers_must_be_between_one_and_workers():
+    result = tfaccel_launch("--workers", "2", "--min-workers", "3", "--", "true")
+    assert result.returncode == 2
+    assert "--min-workers must be an integer from 1 to --workers (2)" in result.stderr

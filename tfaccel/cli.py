@@ -86,6 +86,7 @@ def _launch(args: argparse.Namespace) -> int:
             args.timeout,
             args.startup_timeout,
             args.max_restarts,
+            args.min_workers,
         )
     except ValueError as error:
         print(f"tfaccel launch: {error}", file=sys.stderr)
@@ -100,6 +101,8 @@ def _launch(args: argparse.Namespace) -> int:
         timeout_s=args.timeout,
         startup_timeout_s=args.startup_timeout,
         max_restarts=args.max_restarts,
+        min_workers=args.min_workers,
+        checkpoint_dir=args.checkpoint_dir,
     )
 
 
@@ -324,6 +327,18 @@ def build_parser() -> argparse.ArgumentParser:
         help="after a worker fails (non-zero exit or a signal), stop all and start them all "
         "again, at most N times; not after a clean exit, a usage error (exit status 2, 126, "
         "127) or a timeout (default 0)",
+    )
+    launch.add_argument(
+        "--min-workers",
+        type=int,
+        metavar="M",
+        help="elastic: when a worker still fails after --max-restarts, continue without it "
+        "(from the last checkpoint) while at least M workers remain",
+    )
+    launch.add_argument(
+        "--checkpoint-dir",
+        metavar="DIR",
+        help="the job's checkpoint_dir, to name the step a re-formed job continues from",
     )
     launch.add_argument("command_args", nargs=argparse.REMAINDER, metavar="-- COMMAND ...")
     launch.set_defaults(handler=_launch)

@@ -28,7 +28,18 @@ in TensorFlow's grpc_server_lib, with no option to bind loopback) although `TF_C
 names 127.0.0.1; these servers are unauthenticated. The launcher says so at start: on
 a host reachable from untrusted networks, firewall the ports it prints. Each
 restart is announced on stderr; after the last one the launcher exits with the last
-failure's status. Output: see `launch_output` (gRPC lines of a normal shutdown hidden).
+failure's status.
+
+Elastic (`min_workers=M`, `--min-workers M`): when a worker still fails after the last
+restart (its machine gone, on a cluster), the job re-forms with one worker fewer — new
+ports and `TF_CONFIG`, the restart budget anew — and continues from the last
+checkpoint, down to M workers; each change is announced on stderr ("worker 1 lost;
+continuing on 1 worker(s) from step 340 ..."). A `tfaccel.data` pipeline over rows in
+memory reads one global order (`tfaccel.data.global_order`), so the resumed run is
+exact on the smaller job; other inputs are refused by the Trainer's resume (their
+batches depend on the worker count), never silently replayed or skipped.
+
+Output: see `launch_output` (gRPC lines of a normal shutdown hidden).
 """
 
 from __future__ import annotations
@@ -167,10 +178,20 @@ def check_arguments(
     timeout_s: float | None,
     startup_timeout_s: float | None,
     max_restarts: int = 0,
+    min_workers: int | None = None,
 ) -> None:
     """Raises ValueError / FileNotFoundError for arguments `launch` cannot run."""
     if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
         raise ValueError(f"--workers must be an integer >= 1, got {workers!r}.")
+    if min_workers is not None and (
+        isinstance(min_workers, bool)
+        or not isinstance(min_workers, int)
+        or not 1 <= min_workers <= workers
+    ):
+        raise ValueError(
+            f"--min-workers must be an integer from 1 to --workers ({workers}): the fewest "
+            f"workers the job may continue on, got {min_workers!r}."
+        )
     if cpus_per_worker is not None and (
         isinstance(cpus_per_worker, bool)
         or not isinstance(cpus_per_worker, int)
@@ -215,6 +236,8 @@ def launch(
     timeout_s: float | None = None,
     startup_timeout_s: float | None = STARTUP_TIMEOUT_S,
     max_restarts: int = 0,
+    min_workers: int | None = None,
+    checkpoint_dir: str | None = None,
     out=None,
     err=None,
 ) -> int:
@@ -232,6 +255,11 @@ def launch(
             (status 124, naming the missing workers); None waits for ever.
         max_restarts: after a worker fails, restart all workers up to this many
             times (see the module docstring for what counts as a failure).
+        min_workers: elastic: once a worker has failed after the last restart, re-form
+            the job without it (a new `TF_CONFIG`, the restart budget anew) while at
+            least this many workers remain; None: give up instead.
+        checkpoint_dir: the job's checkpoint directory, to name the step a re-formed
+            job continues from.
         out: where prefixed output goes (default stdout).
         err: where restarts are announced (default stderr).
 
@@ -240,7 +268,9 @@ def launch(
             `max_restarts` < 0, or an empty command.
         FileNotFoundError: the command's program does not exist.
     """
-    check_arguments(command, workers, cpus_per_worker, timeout_s, startup_timeout_s, max_restarts)
+    check_arguments(
+        command, workers, cpus_per_worker, timeout_s, startup_timeout_s, max_restarts, min_workers
+    )
     out, err = out or sys.stdout, err or sys.stderr
     deadline = None if timeout_s is None else time.monotonic() + timeout_s
     if workers > 1:
@@ -257,6 +287,15 @@ def launch(
         )
         if result.status == 0 or not result.restartable:
             return result.status
+        if restarts == max_restarts and min_workers is not None and workers > min_workers:
+            workers, restarts = workers - 1, 0
+            err.write(
+                f"[launch] {result.what} after {max_restarts} restart(s): worker "
+                f"{result.worker} lost; continuing on {workers} worker(s) from "
+                f"{_resume_point(checkpoint_dir)}\n"
+            )
+            err.flush()
+            continue
         if restarts == max_restarts:
             if max_restarts:
                 err.write(
@@ -272,11 +311,27 @@ def launch(
         err.flush()
 
 
-class _Result:
-    """How one start of the workers ended."""
+def _resume_point(checkpoint_dir: str | None) -> str:
+    """ "step N" of the newest checkpoint in `checkpoint_dir` (files `ckpt-N.index`)."""
+    steps = []
+    if checkpoint_dir and os.path.isdir(checkpoint_dir):
+        for name in os.listdir(checkpoint_dir):
+            stem = name[len("ckpt-") : -len(".index")]
+            if name.startswith("ckpt-") and name.endswith(".index") and stem.isdigit():
+                steps.append(int(stem))
+    if steps:
+        return f"step {max(steps)} (the last checkpoint in {checkpoint_dir})"
+    return "its last checkpoint"
 
-    def __init__(self, status: int, what: str = "", restartable: bool = False):
+
+class _Result:
+    """How one start of the workers ended (`worker`: the index of the one that failed)."""
+
+    def __init__(
+        self, status: int, what: str = "", restartable: bool = False, worker: int | None = None
+    ):
         self.status, self.what, self.restartable = status, what, restartable
+        self.worker = worker
 
 
 def _run_once(command, workers, cpus_per_worker, timeout, startup_timeout_s, out) -> _Result:
@@ -389,7 +444,8 @@ def _supervise(relay: Relay, timeout: tuple, startup=None) -> _Result:
                     what = f"worker {index} died (signal {-status})"
                 else:
                     what = f"worker {index} failed (exit status {status})"
-                return _Result(status if status > 0 else 128 - status, what, restartable)
+                code = status if status > 0 else 128 - status
+                return _Result(code, what, restartable, worker=index)
             if all(s == 0 for s in statuses):
                 return _Result(0)
             if deadline is not None and time.monotonic() > deadline:

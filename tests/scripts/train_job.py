@@ -5,6 +5,7 @@ checkpointed with it). Can kill or SIGTERM itself at a chosen step, once.
 """
 
 import argparse
+import json
 import os
 import pathlib
 import signal
@@ -24,7 +25,8 @@ class Counter(keras.layers.Layer):
     """Records how many examples (and the sum of their ids) passed in training."""
 
     def build(self, input_shape):
-        # "mean" across replicas: multiply by the replica count for global totals.
+        # Global totals on any number of replicas: each replica adds its count times the
+        # replicas, and "mean" across them makes the sum (so a resume on M keeps counting).
         self.seen = self.add_weight(
             shape=(), initializer="zeros", trainable=False, name="seen", aggregation="mean"
         )
@@ -34,8 +36,10 @@ class Counter(keras.layers.Layer):
 
     def call(self, x, training=None):
         if training:
-            self.seen.assign_add(tf.cast(tf.shape(x)[0], "float32"))
-            self.id_sum.assign_add(tf.reduce_sum(x[:, 0]))
+            context = tf.distribute.get_replica_context()
+            replicas = 1.0 if context is None else float(context.num_replicas_in_sync)
+            self.seen.assign_add(tf.cast(tf.shape(x)[0], "float32") * replicas)
+            self.id_sum.assign_add(tf.reduce_sum(x[:, 0]) * replicas)
         return x[:, 1:]
 
 
@@ -94,6 +98,18 @@ class SelfSignal(keras.callbacks.Callback):
             os.kill(os.getpid(), self.sig)
 
 
+class HistoryLog(keras.callbacks.Callback):
+    """Appends each finished epoch's logs to a JSON-lines file (kept across kills)."""
+
+    def __init__(self, path):
+        super().__init__()
+        self.path = path
+
+    def on_epoch_end(self, epoch, logs=None):
+        with open(self.path, "a") as f:
+            f.write(json.dumps({"epoch": epoch, **{k: float(v) for k, v in logs.items()}}) + "\n")
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--ckpt", required=True)
@@ -107,7 +123,12 @@ def main():
     parser.add_argument("--one-device", action="store_true", help="OneDeviceStrategy")
     parser.add_argument("--augment", action="store_true")
     parser.add_argument("--distributed-iterator", action="store_true")
+    parser.add_argument("--replicas", type=int, help="a MirroredStrategy over N logical CPUs")
+    parser.add_argument("--marker", help="the kill's once-marker (default: OUT.killed)")
+    parser.add_argument("--history-log", help="append each epoch's logs here (JSON lines)")
     args = parser.parse_args()
+    if args.replicas:
+        tfaccel.devices.configure(virtual_cpus=args.replicas)
 
     from tfaccel.data import feed
 
@@ -122,13 +143,19 @@ def main():
 
     tf.config.experimental.enable_op_determinism()
     strategy = tfaccel.devices.strategy("auto")
+    if args.replicas:
+        cpus = [f"/cpu:{i}" for i in range(args.replicas)]
+        strategy = tfaccel.devices.strategy("mirrored", devices=cpus)
     if args.one_device:
         strategy = tf.distribute.OneDeviceStrategy("/cpu:0")
     callbacks = []
     config = tfaccel.devices.read_tf_config()
     index = None if config is None else config["task"]["index"]
     if args.kill_at and args.kill_worker in (None, index):
-        callbacks.append(SelfSignal(args.kill_at, signal.SIGKILL, args.out + ".killed"))
+        marker = args.marker or args.out + ".killed"
+        callbacks.append(SelfSignal(args.kill_at, signal.SIGKILL, marker))
+    if args.history_log:
+        callbacks.append(HistoryLog(args.history_log))
     if args.term_at:
         callbacks.append(SelfSignal(args.term_at, signal.SIGTERM, args.out + ".termed"))
     if args.int_at:
@@ -154,8 +181,8 @@ def main():
     np.savez(
         out,
         *trainer.model.get_weights(),
-        seen=counter.seen.numpy() * strategy.num_replicas_in_sync,
-        id_sum=counter.id_sum.numpy() * strategy.num_replicas_in_sync,
+        seen=counter.seen.numpy(),
+        id_sum=counter.id_sum.numpy(),
         step=int(trainer.step.numpy()),
         local_shard=np.array(local, dtype=bool),
         first_loss=history.history["loss"][0] if history.history.get("loss") else np.nan,

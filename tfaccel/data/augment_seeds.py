@@ -28,6 +28,7 @@ from __future__ import annotations
 import functools
 import inspect
 import random
+import warnings
 
 import tensorflow as tf
 from tensorflow.python.eager import context
@@ -138,7 +139,7 @@ def seeded_augment(
             is made global so that shards draw different seeds).
         deterministic: keep the parallel map in order.
     """
-    keyed = _keyed_by_order(indexed, seed) if shuffled else _keyed_by_draw(indexed, seed)
+    keyed = keyed_by_order(indexed, seed) if shuffled else _keyed_by_draw(indexed, seed)
 
     def with_seed(pair, epoch_key):
         position, element = pair
@@ -154,7 +155,7 @@ def seeded_augment(
     return augmented
 
 
-def _keyed_by_order(indexed: tf.data.Dataset, seed: int) -> tf.data.Dataset:
+def keyed_by_order(indexed: tf.data.Dataset, seed: int) -> tf.data.Dataset:
     """`(pair, key)`: the key hashes the seed and the indices seen so far this epoch."""
     start = tf.constant([seed % 2**31, KEY_SEED_OFFSET], tf.int64)
 
@@ -180,3 +181,18 @@ def _keyed_by_draw(indexed: tf.data.Dataset, seed: int) -> tf.data.Dataset:
         ).repeat()
     )
     return tf.data.Dataset.zip(indexed, keys)
+
+
+def warn_if_random_state(sample: tf.data.Dataset, checkpoint_dir) -> None:
+    """Warns when the input draws random numbers that a resumed run cannot replay."""
+    ops = stateful_random_ops(sample)
+    if ops:
+        warnings.warn(
+            f"The training data's map functions use stateful random ops ({', '.join(ops)}), "
+            "e.g. an augment without a `seed` argument: a run resumed from "
+            f"{checkpoint_dir} will not get the random numbers an uninterrupted run would, "
+            "so it will not be exact. Give augment a `seed` argument and use stateless ops "
+            "(tf.random.stateless_*, tf.image.stateless_random_*): tfaccel.data.pipeline "
+            "then passes each element its own seed.",
+            stacklevel=5,
+        )

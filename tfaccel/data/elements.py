@@ -15,6 +15,11 @@ import tensorflow as tf
 AUTOTUNE = tf.data.AUTOTUNE
 
 
+def name(fn: Callable) -> str:
+    """A function's name, for plans and messages."""
+    return getattr(fn, "__name__", type(fn).__name__)
+
+
 def is_pair(element_spec: Any) -> bool:
     """Whether a dataset's elements are `(features, label)` pairs."""
     return isinstance(element_spec, tuple) and len(element_spec) == 2

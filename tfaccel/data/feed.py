@@ -206,6 +206,24 @@ class Feed:
         return self._fingerprint
 
     @property
+    def pipelines(self) -> int:
+        """Input pipelines reading the data (one a worker)."""
+        return int(self._build.context.num_input_pipelines)
+
+    @property
+    def order(self) -> str:
+        """ "global" when the global batches are the same on any number of input pipelines
+        (workers), so that a run resumes exactly on another worker count; else why not."""
+        from tfaccel.data.pipeline import built_of
+
+        built = self._build.built or built_of(self._build.dataset)
+        if built is not None:
+            return built.order
+        if self.is_function:
+            return "a dataset function shards the data itself"
+        return "TensorFlow shards a batched tf.data.Dataset across workers itself"
+
+    @property
     def plan(self) -> Plan:
         """What the pipeline does, stage by stage (`tfaccel.data.explain`)."""
         if self._build.built is not None:

@@ -144,3 +144,15 @@ def serialized_graph(dataset: tf.data.Dataset, external_state_policy) -> graph_p
     graph = graph_pb2.GraphDef()
     graph.ParseFromString(serialized.numpy())
     return graph
+
+
+def sliced_rows(dataset: tf.data.Dataset):
+    """The tensors a `Dataset.from_tensor_slices` source slices (its element structure,
+    each with a leading row axis), or None for any other dataset: what can be read by
+    row index."""
+    if type(dataset).__name__ != "_TensorSliceDataset":
+        return None
+    tensors = getattr(dataset, "_tensors", None)
+    if tensors is None:
+        return None
+    return tf.nest.pack_sequence_as(dataset.element_spec, list(tensors))

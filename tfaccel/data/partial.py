@@ -57,6 +57,21 @@ def split(dataset: tf.data.Dataset, pieces: int) -> tf.data.Dataset:
     return dataset.flat_map(cut)
 
 
+def split_even(dataset: tf.data.Dataset, pieces: int) -> tf.data.Dataset:
+    """Each full batch (a static size divisible by `pieces`) as `pieces` contiguous
+    batches of static size, as XLA (`drop_remainder=True`) needs."""
+
+    def cut(*batch):
+        element = batch if len(batch) > 1 else batch[0]
+        return tf.data.Dataset.from_tensor_slices(
+            tf.nest.map_structure(
+                lambda t: tf.reshape(t, [pieces, t.shape[0] // pieces, *t.shape[1:]]), element
+            )
+        )
+
+    return dataset.flat_map(cut)
+
+
 def shard_padding(count: int, pipelines: int, index: int, pipeline_batch: int) -> int:
     """Empty batches pipeline `index` needs so all pipelines run the same number of steps."""
     shard = count // pipelines + (1 if index < count % pipelines else 0)

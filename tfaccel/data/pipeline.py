@@ -19,7 +19,7 @@ from collections.abc import Callable
 
 import tensorflow as tf
 
-from tfaccel.data import augment_seeds, partial, service_stage, sizing, stages
+from tfaccel.data import augment_seeds, global_order, partial, service_stage, sizing, stages
 from tfaccel.data import cache as cache_lib
 from tfaccel.data.elements import on_pairs
 from tfaccel.data.feed import context_key, input_context
@@ -56,6 +56,8 @@ class Built:
             value checks such as the labels': reading it does not advance the shuffle's
             seed generator, so the training order stays.
         service: where the stages before prefetch run (`ServiceInfo`), or None.
+        order: "global" when the global batches are the same on any number of input
+            pipelines (workers; `global_order`), else why they are not.
     """
 
     dataset: tf.data.Dataset
@@ -64,6 +66,7 @@ class Built:
     examples: int | None
     make_probe: Callable[[], tf.data.Dataset]
     service: service_stage.ServiceInfo | None = None
+    order: str = "global"
 
     @property
     def probe(self) -> tf.data.Dataset:
@@ -325,7 +328,7 @@ def built_of(dataset: tf.data.Dataset) -> Built | None:
 def _build(config: stages.Config, context: tf.distribute.InputContext | None) -> Built:
     """Runs the stages in order; returns the dataset (plan attached) and what it knows."""
     stream = stages.start(config, context)
-    for stage in stages.STAGES:
+    for stage in stages.stages_for(stream):
         stream = stage(stream)
     return Built(
         dataset=attach(stream.dataset, stream.plan),
@@ -334,6 +337,7 @@ def _build(config: stages.Config, context: tf.distribute.InputContext | None) ->
         examples=_examples(stream),
         make_probe=_probe_of(stream),
         service=config.service,
+        order=global_order.order_of(stream),
     )
 
 

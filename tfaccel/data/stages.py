@@ -20,10 +20,11 @@ from typing import Any
 
 import tensorflow as tf
 
-from tfaccel.data import augment_seeds, fingerprint, finite, partial, sizing
+from tfaccel.data import augment_seeds, fingerprint, finite, global_order, partial, sizing
 from tfaccel.data import cache as cache_lib
-from tfaccel.data.elements import AUTOTUNE, is_pair, is_weighted, on_pairs, require_pair
+from tfaccel.data.elements import AUTOTUNE, is_pair, is_weighted, name, on_pairs, require_pair
 from tfaccel.data.plan import Plan
+from tfaccel.data.resume_note import resume_note
 from tfaccel.data.service_stage import offload
 from tfaccel.data.source_info import SourceInfo, source_info
 
@@ -71,6 +72,8 @@ class Stream:
         padding: empty batches (of `batch * pieces`) appended to even the shards.
         before_batch: the stream right before `batch`.
         batched: the stream right after `batch`, before `partial.split`.
+        elastic: whether this pipeline reads its slice of the global order by index
+            (`global_order`): several pipelines whose batches do not depend on their count.
     """
 
     config: Config
@@ -89,6 +92,7 @@ class Stream:
     padding: int = 0
     before_batch: tf.data.Dataset = None
     batched: tf.data.Dataset = None
+    elastic: bool = False
 
 
 def check_seed(seed) -> int | None:
@@ -105,11 +109,6 @@ def check_seed(seed) -> int | None:
             "(a fixed shuffle order), or seed=None for a new order each run."
         )
     return number
-
-
-def name(fn: Callable) -> str:
-    """A function's name, for plans and messages."""
-    return getattr(fn, "__name__", type(fn).__name__)
 
 
 def check_arity(fn: Callable, element_spec: Any, what: str, **keywords: Any) -> None:
@@ -152,39 +151,6 @@ def mapped(dataset: tf.data.Dataset, fn: Callable, config: Config, what: str) ->
     if is_pair(spec) or is_weighted(spec):
         require_pair(result.element_spec, where)
     return result
-
-
-def resume_note(config: Config, stateless: bool) -> str:
-    """What a resumed training run reproduces exactly (shown by `explain`)."""
-    if config.seed is None:
-        return (
-            "resume: exact only for the data order (restored from the checkpoint's iterator); "
-            "without a seed the shuffle and augmentations of a resumed run differ. Pass seed=N "
-            "for an exact resume."
-        )
-    if config.augment is not None and not stateless:
-        return (
-            f"resume: exact only for the data order: augment={name(config.augment)} uses "
-            "stateful random ops. Give it a seed argument and use tf.random.stateless_* / "
-            "tf.image.stateless_random_* ops for bit-exact augmentations on resume."
-        )
-    if stateless and config.shuffle_buffer is None:
-        return (
-            "resume: exact when skipped ahead (the Trainer on several replicas); "
-            "augmentations from stateless ops seeded by (seed, epoch, element index). "
-            "Unshuffled, the epoch key comes from a small reshuffled draw that a restored "
-            "iterator checkpoint (the Trainer on one device) may not replay: shuffle, even "
-            "with a small buffer, for bit-exact augmentations."
-        )
-    return (
-        "resume: exact (seeded shuffle"
-        + (
-            "; augmentations from stateless ops seeded by (seed, epoch, element index)"
-            if stateless
-            else ""
-        )
-        + ")"
-    )
 
 
 def start(config: Config, context: tf.distribute.InputContext | None) -> Stream:
@@ -307,6 +273,15 @@ def shuffle(s: Stream) -> Stream:
     config = s.config
     if config.shuffle_buffer is None:
         return s
+    size, reason = shuffle_buffer(s)
+    s.dataset = s.dataset.shuffle(size, seed=config.seed, reshuffle_each_iteration=True)
+    s.plan.add("shuffle", buffer=size, sizing=reason, seed=config.seed, reshuffle_each_epoch=True)
+    return s
+
+
+def shuffle_buffer(s: Stream) -> tuple[int, str]:
+    """The shuffle's buffer for the data so far (`s.dataset`), sized to the memory budget."""
+    config = s.config
     element_bytes = sizing.static_element_bytes(s.dataset.element_spec)
     if element_bytes is None:  # measure one element, without touching the cache
         sample = s.uncached
@@ -314,14 +289,32 @@ def shuffle(s: Stream) -> Stream:
             fn = on_pairs(config.augment, sample.element_spec, "augment")
             sample = sample.map(fn)
         element_bytes = sizing.measured_element_bytes(sample) or sizing.UNKNOWN_ELEMENT_BYTES
-    size, reason = sizing.shuffle_buffer_size(
+    return sizing.shuffle_buffer_size(
         config.shuffle_buffer,
         element_bytes=element_bytes,
         cardinality=sizing.known_cardinality(s.dataset),
         budget_mb=config.shuffle_budget_mb,
     )
-    s.dataset = s.dataset.shuffle(size, seed=config.seed, reshuffle_each_iteration=True)
-    s.plan.add("shuffle", buffer=size, sizing=reason, seed=config.seed, reshuffle_each_epoch=True)
+
+
+def elastic(s: Stream) -> Stream:
+    """Several input pipelines over rows in memory: each reads its slice of the global
+    order by index, then preprocesses and augments it (see `global_order`)."""
+    config = s.config
+    s.source, s.info, s.elastic = config.source, source_info(config.source), True
+    info = s.info
+    s.plan.add("source", kind=info.kind if info else "dataset", **(info.details if info else {}))
+    s.plan.add("shard", by="global order (index slices)", pipeline=f"{s.index} of {s.pipelines}")
+    require_pair(config.source.element_spec, "pipeline(training=True)")
+    s.stateless = config.augment is not None and augment_seeds.takes_seed(config.augment)
+    s.dataset = config.source
+    if config.preprocess is not None:
+        s.dataset = mapped(config.source, config.preprocess, config, "preprocess")
+    s.uncached = s.dataset
+    if config.cache == "memory":
+        s.plan.notes.append("cache: not needed (the rows are in memory and read by index)")
+    s = global_order.read(s, *shuffle_buffer(s))
+    s.plan.notes.append(resume_note(config, s.stateless) + "; elastic over workers")
     return s
 
 
@@ -366,10 +359,11 @@ def repeat(s: Stream) -> Stream:
 
 
 def batch(s: Stream) -> Stream:
-    """`batch`; keeping the remainder over several replicas, one batch of all this
-    pipeline's replicas split into their pieces (see `tfaccel.data.partial`)."""
+    """`batch`: one batch of all this pipeline's replicas, split into their pieces (see
+    `tfaccel.data.partial`), so that a step holds whole global batches of one epoch (the
+    partial last one kept, or dropped) on any number of replicas."""
     config = s.config
-    if s.context is not None and not config.drop_remainder:
+    if s.context is not None:
         s.pieces = max(s.context.num_replicas_in_sync // max(s.pipelines, 1), 1)
     s.before_batch = s.dataset
     s.dataset = s.batched = s.dataset.batch(
@@ -379,7 +373,9 @@ def batch(s: Stream) -> Stream:
         deterministic=config.deterministic,
     )
     s.plan.add("batch", size=s.batch, drop_remainder=config.drop_remainder)
-    if s.pieces > 1:
+    if s.pieces > 1 and config.drop_remainder:
+        s.dataset = partial.split_even(s.dataset, s.pieces)
+    elif s.pieces > 1:
         s.dataset = partial.split(s.dataset, s.pieces)
         s.plan.notes.append(
             f"batch: {s.pieces} replicas' batches are cut from one batch of "
@@ -414,7 +410,10 @@ def pad(s: Stream) -> Stream:
     count = by_element_count(s)
     if not config.training or config.drop_remainder or count is None or count < 0:
         return s
-    s.padding = partial.shard_padding(count, s.pipelines, s.index, s.batch * s.pieces)
+    if s.elastic:
+        s.padding = global_order.padding(s, count)
+    else:
+        s.padding = partial.shard_padding(count, s.pipelines, s.index, s.batch * s.pieces)
     if s.padding:
         s.dataset = partial.pad(s.dataset, s.padding * s.pieces)
         s.plan.add("pad", empty_batches=s.padding, why="this shard has one batch fewer than others")
@@ -454,3 +453,14 @@ STAGES = (
     options,
 )
 """The stages, in the order `pipeline` applies them."""
+
+ELASTIC_STAGES = (elastic, repeat, batch, batch_map, pad, offload, options)
+"""The stages of one of several input pipelines reading the global order by index."""
+
+
+def stages_for(s: Stream) -> tuple:
+    """The stages of stream `s`: `ELASTIC_STAGES` when several pipelines can read the
+    global order (`global_order.reason_not`), else `STAGES`."""
+    if s.pipelines > 1 and global_order.reason_not(s.config) is None:
+        return ELASTIC_STAGES
+    return STAGES

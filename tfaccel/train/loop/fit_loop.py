@@ -6,7 +6,9 @@ restores that iterator from the checkpoint when it is a plain `tf.data` iterator
 (default / one-device strategy); distributed iterators cannot be saved, so they are
 fast-forwarded with `skip` over the steps already done (exact for a deterministic,
 seeded pipeline; cheap when the pipeline caches). Datasets of unknown length get a
-new iterator each epoch and, on resume, restart the interrupted epoch.
+new iterator each epoch and, on resume, restart the interrupted epoch. The global
+batches of a `tfaccel.data` pipeline do not depend on the replicas (nor, reading rows in
+memory, on the workers: `tfaccel.data.global_order`), so a run saved on N resumes on M.
 
 Epoch boundaries. A save that lands on an epoch's last step waits until the epoch
 is finished (validation run, epoch counter advanced), so it belongs to that epoch:
@@ -42,21 +44,6 @@ from tfaccel.train.state.policies import Checkpointing, FaultPolicy
 from tfaccel.train.step import accumulation, iterators
 
 logger = logging.getLogger("tfaccel")
-
-
-def _warn_if_random_state(sample: tf.data.Dataset, checkpoint_dir) -> None:
-    """Warns when the input draws random numbers that a resumed run cannot replay."""
-    ops = augment_seeds.stateful_random_ops(sample)
-    if ops:
-        warnings.warn(
-            f"The training data's map functions use stateful random ops ({', '.join(ops)}), "
-            "e.g. an augment without a `seed` argument: a run resumed from "
-            f"{checkpoint_dir} will not get the random numbers an uninterrupted run would, "
-            "so it will not be exact. Give augment a `seed` argument and use stateless ops "
-            "(tf.random.stateless_*, tf.image.stateless_random_*): tfaccel.data.pipeline "
-            "then passes each element its own seed.",
-            stacklevel=4,
-        )
 
 
 @dataclasses.dataclass
@@ -152,6 +139,8 @@ class FitLoop:
             "steps_per_epoch": steps_per_epoch,
             **runner.run_shape(),  # optimizer type and hyperparameters, accumulate_steps
             "dataset": train.describe_spec(),
+            "input_pipelines": train.pipelines,  # a changed count resumes only a global order
+            "input_order": train.order,
         }
         self.ckpt = self._checkpoints(train, checkpointing)
         self.bad_loops = 0
@@ -167,7 +156,7 @@ class FitLoop:
         joins the run shape, and a warning names random ops a resume cannot replay."""
         if not checkpointing.enabled:
             return None
-        _warn_if_random_state(train.dataset, checkpointing.directory)
+        augment_seeds.warn_if_random_state(train.dataset, checkpointing.directory)
         identity = train.fingerprint
         if identity.content is not None:
             self.run_shape["data"] = str(identity)
@@ -215,8 +204,11 @@ class FitLoop:
 
     def _iterator_saveable(self) -> bool:
         """Whether the input iterator can join the checkpoint (asked before making it): a
-        plain `tf.data` iterator, which only a strategy that distributes nothing gives."""
-        return self.ckpt is not None and self.stream and self.train.iterator_saveable()
+        plain `tf.data` iterator, which only a strategy that distributes nothing gives, and
+        the checkpoint to resume holds one (not when saved on several replicas or workers)."""
+        ckpt = self.ckpt
+        saveable = ckpt is not None and self.stream and self.train.iterator_saveable()
+        return saveable and ckpt.will_restore("iterator", self.resume)
 
     # -- checkpoints ---------------------------------------------------------------------
 
@@ -426,8 +418,10 @@ class FitLoop:
                 self.ckpt.restore(self.run_shape, "force" if self.resume == "force" else "auto")
 
     def _iterator_not_restored(self) -> bool:
-        changed = self.ckpt.changed if self.ckpt is not None else {}
-        return any(key in changed for key in ITERATOR_KEYS)
+        ckpt = self.ckpt
+        return ckpt is not None and (
+            ckpt.iterator_missing or any(key in ckpt.changed for key in ITERATOR_KEYS)
+        )
 
     def _announce_out_of_memory(self, note: str) -> None:
         self.notes["on_oom"] = f"accumulate: {note}"

@@ -82,7 +82,19 @@ def resolve(trainer, feed, steps_per_epoch: int | None) -> dict:
         "steps_per_loop": trainer.loop_sizer.describe(steps_per_epoch),
         "devices": _device_names(trainer.strategy),
         **({"input_service": feed.service.describe()} if feed.service is not None else {}),
+        "input_order": _order_text(feed),
     }
+
+
+def _order_text(feed) -> str:
+    """Whether a resume may change the worker count (see `tfaccel.data.global_order`)."""
+    pipelines = f"{feed.pipelines} input pipeline(s)"
+    if feed.order == "global":
+        return f"global ({pipelines}): resumes exactly on any number of workers or replicas"
+    return (
+        f"sharded ({pipelines}; {feed.order}): resumes exactly on any number of replicas, "
+        f"but only on {feed.pipelines} worker(s)"
+    )
 
 
 def _on_oom_text(runner) -> str:

@@ -24,32 +24,20 @@ be read it raises `CheckpointCorruptError` and touches nothing.
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import warnings
 
 import tensorflow as tf
 
-from tfaccel import strict_json
 from tfaccel.errors import CheckpointCorruptError, CheckpointMismatchError
 from tfaccel.train.state import async_save, hyperparameters
 from tfaccel.train.state import checkpoint_files as files
 from tfaccel.train.state.lock import DirectoryLock
 from tfaccel.train.state.policies import RESUME_MODES, check_keep
+from tfaccel.train.state.run_shape import ITERATOR_KEYS, POSITION_KEYS, RunShape, compare, holds
 
-# Run-shape entries a resumed run must share (unless resume="force"), with how to name them.
-REFUSED = {
-    "global_batch": "global batch",
-    "steps_per_epoch": "steps per epoch",
-    "optimizer": "optimizer type",
-    "accumulate_steps": "gradient accumulation (accumulate_steps)",
-    "data": "training data",
-}
-# Entries whose change moves the data position: the saved iterator is not restored.
-POSITION_KEYS = ("global_batch", "steps_per_epoch", "accumulate_steps")
-# ...and those whose change makes the saved iterator's data other data (same position).
-ITERATOR_KEYS = (*POSITION_KEYS, "data")
+__all__ = ["ITERATOR_KEYS", "POSITION_KEYS", "CheckpointState", "RunShape", "is_chief"]
 
 
 def is_chief(strategy: tf.distribute.Strategy) -> bool:
@@ -61,30 +49,6 @@ def is_chief(strategy: tf.distribute.Strategy) -> bool:
     if "chief" in cluster:
         return resolver.task_type == "chief"
     return resolver.task_type == "worker" and resolver.task_id == 0
-
-
-class RunShape(tf.__internal__.tracking.Trackable):
-    """The run's shape as one JSON string tensor in the checkpoint (read back by key)."""
-
-    KEY = "run_shape/.ATTRIBUTES/json"
-
-    def __init__(self, value: dict | None = None):
-        self.value = dict(value or {})
-
-    def _serialize_to_tensors(self):
-        with tf.device("/cpu:0"):
-            return {"json": tf.constant(strict_json.dumps(self.value, sort_keys=True))}
-
-    def _restore_from_tensors(self, restored_tensors):
-        return tf.no_op()  # read with `saved_run_shape`; the running values win
-
-    @staticmethod
-    def saved(path: str) -> dict | None:
-        """The run shape stored in checkpoint `path`, or None for older checkpoints."""
-        reader = tf.train.load_checkpoint(path)
-        if not reader.has_tensor(RunShape.KEY):
-            return None
-        return json.loads(reader.get_tensor(RunShape.KEY))
 
 
 class CheckpointState:
@@ -141,6 +105,7 @@ class CheckpointState:
         self.restored_path: str | None = None
         self.saved_shape: dict | None = None
         self.changed: dict = {}
+        self.iterator_missing = False  # the restored checkpoint holds no input iterator
         self.new_metrics: list[str] = []
 
     def wait(self) -> None:
@@ -201,7 +166,13 @@ class CheckpointState:
             if reason is None:
                 saved = RunShape.saved(path)
                 self.changed = self._compare(saved, resume)
-                reason = self._read(path, skip=self._skipped_objects())
+                skip = self._skipped_objects()
+                # Saved where the iterator could not be (several replicas or workers): the
+                # data is fast-forwarded instead (its order is the same, see global_order).
+                self.iterator_missing = "iterator" in self.objects and not holds(path, "iterator")
+                reason = self._read(
+                    path, skip=skip | ({"iterator"} if self.iterator_missing else set())
+                )
             if reason is not None:
                 failed.append((number, reason))
                 continue
@@ -245,48 +216,7 @@ class CheckpointState:
 
     def _compare(self, saved: dict | None, resume: str) -> dict:
         """Returns {entry: (saved, new)} for refused entries that changed (or raises)."""
-        if saved is None:
-            return {}
-        new = self.run_shape.value
-        changed = {
-            key: (saved.get(key), new.get(key))
-            for key in REFUSED
-            if key in saved and key in new and saved[key] != new[key]
-        }
-        if changed and resume != "force":
-            what = "; ".join(
-                f"the training data changed (fingerprint saved {a}, now {b})"
-                if k == "data"
-                else f"{REFUSED[k]}: saved {a!r}, now {b!r}"
-                for k, (a, b) in changed.items()
-            )
-            raise CheckpointMismatchError(
-                f"{self.directory} holds a checkpoint of a run with a different shape or data "
-                f"({what}). Resuming would silently train with other settings or data than "
-                "the ones saved. Use the saved settings and data, a new checkpoint_dir, or "
-                "fit(..., resume='force') to continue from the checkpoint with the new ones."
-            )
-        if saved.get("dataset") and new.get("dataset") and saved["dataset"] != new["dataset"]:
-            warnings.warn(
-                f"The training data differs from the checkpoint's (saved {saved['dataset']}, "
-                f"now {new['dataset']}); resuming anyway.",
-                stacklevel=4,
-            )
-        for key, (old, now) in changed.items():
-            warnings.warn(
-                f"resume='force': the {REFUSED[key]} changed from {old!r} to {now!r}"
-                + (
-                    "; the optimizer starts fresh (its slots are not restored)."
-                    if key == "optimizer"
-                    else "; the saved input position is not restored: training continues from "
-                    "the saved step on the new data, past as many batches as were trained on."
-                    if key == "data"
-                    else "; the data continues after the examples already trained on and the "
-                    "interrupted epoch counts its steps from 0."
-                ),
-                stacklevel=4,
-            )
-        return changed
+        return compare(saved, self.run_shape.value, resume, self.directory)
 
     def _skipped_objects(self) -> set:
         skip = set()
@@ -451,6 +381,17 @@ class CheckpointState:
         )
         if self.lock is not None:
             self.lock.retake()
+
+    def will_restore(self, name: str, resume: str) -> bool:
+        """Whether a restore now can give object `name` back: no checkpoint to resume, or the
+        newest readable one holds it (an input iterator is not saved on several replicas)."""
+        if resume == "never":
+            return True
+        for number in files.numbers(self.directory):
+            path = files.prefix(self.directory, number)
+            if files.unreadable(path) is None:
+                return holds(path, name)
+        return True
 
     @property
     def latest(self) -> str | None:
