@@ -38,6 +38,7 @@ IMAGES = {
     "05_batch_size.ipynb": ["throughput-knee", "loss-vs-time", "lr-finder"],
     "06_distributed_training.ipynb": ["training-curves"],
     "07_doctor.ipynb": ["report-plot", "gains-chart"],
+    "08_data_service.ipynb": ["scaling-plot"],
 }
 # notebook → {tag: pattern the cell's text output must match}.
 TEXTS = {
@@ -57,6 +58,10 @@ TEXTS = {
         "gains-chart": r"planted input +verdict input[\s\S]*planted communication +verdict "
         r"communication",
         "recipe-report": r"Verdict: \w+-bound",
+    },
+    "08_data_service.ipynb": {
+        "doctor-verdict": r"Verdict: input-bound[\s\S]*- data\.pipeline\(\.\.\., service=",
+        "measured-gain": r"measured gain \d+\.\d+x \(predicted \d+\.\d+x\)",
     },
 }
 # What the cells may import besides the standard library (keras_tuner: notebook 05's search;

@@ -12,6 +12,7 @@ from tfaccel.doctor.diagnose import diagnose
 from tfaccel.doctor.mfu import Utilisation
 from tfaccel.doctor.peak import matmul_peak, training_flops_per_example
 from tfaccel.doctor.report import Report
+from tfaccel.doctor.service_fix import service_fixes
 from tfaccel.doctor.verdict import Fix, Measured
 
 __all__ = [
@@ -21,5 +22,6 @@ __all__ = [
     "Utilisation",
     "diagnose",
     "matmul_peak",
+    "service_fixes",
     "training_flops_per_example",
 ]
