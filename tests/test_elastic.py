@@ -121,6 +121,26 @@ def test_a_batched_dataset_is_sharded_by_tensorflow(mirrored):
     assert "TensorFlow shards" in Feed(dataset, mirrored).order
 
 
+def test_the_settings_table_says_whether_a_resume_may_change_the_worker_count(mirrored):
+    import keras
+
+    x, y = _rows()
+    trainer = tfaccel.Trainer(
+        lambda: keras.Sequential([keras.Input((3,)), keras.layers.Dense(N)]),
+        optimizer="sgd",
+        loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+        strategy=mirrored,
+    )
+    train = tfaccel.data.pipeline(
+        tfaccel.data.from_arrays(x, y), batch_size=8, training=True, seed=1, strategy=mirrored
+    )
+    trainer.fit(train, epochs=1, verbose=0)
+    assert trainer.settings["input_order"].startswith("global (1 input pipeline(s))")
+    trainer.fit(tf.data.Dataset.from_tensor_slices((x, y)).batch(8), epochs=1, verbose=0)
+    assert trainer.settings["input_order"].startswith("sharded (1 input pipeline(s); TensorFlow")
+    assert "but only on 1 worker(s)" in trainer.settings["input_order"]
+
+
 def _shape(pipelines, order):
     return {"global_batch": 8, "input_pipelines": pipelines, "input_order": order}
 
