@@ -113,6 +113,8 @@ def serve_worker(
     }
     if heartbeat_ms:
         settings["heartbeat_interval_ms"] = int(heartbeat_ms)
+    if accept_functions:  # a restarted worker's functions are waiting: before any task
+        _register_waiting_functions()
     server = service.WorkerServer(service.WorkerConfig(**settings))
     print(f"{READY} worker of {address}", flush=True)
     if accept_functions:
@@ -125,21 +127,34 @@ _KEPT: list = []  # the registry holds weak references
 
 def _accept_functions() -> None:
     """Registers the functions sent on stdin under their tokens, until stdin closes."""
+    for line in sys.stdin:
+        _register(line)
+
+
+def _register_waiting_functions() -> None:
+    """Registers a line of functions already waiting on stdin (a restarted worker's)."""
+    import select
+
+    if select.select([sys.stdin], [], [], 0)[0]:
+        _register(sys.stdin.readline())
+
+
+def _register(line: str) -> None:
+    """Registers one base64 cloudpickle line of functions; says "registered" or "failed"."""
     import base64
 
     import cloudpickle
     from tensorflow.python.ops import script_ops
 
-    for line in sys.stdin:
-        try:
-            functions = cloudpickle.loads(base64.b64decode(line.strip()))
-        except Exception as error:  # said to the client, which raises it
-            print(f"failed {type(error).__name__}: {error}".replace("\n", " "), flush=True)
-            continue
-        for token, function in functions.items():
-            _KEPT.append(function)
-            script_ops._py_funcs._funcs[token] = function
-        print(f"registered {len(functions)}", flush=True)
+    try:
+        functions = cloudpickle.loads(base64.b64decode(line.strip()))
+    except Exception as error:  # said to the client, which raises it
+        print(f"failed {type(error).__name__}: {error}".replace("\n", " "), flush=True)
+        return
+    for token, function in functions.items():
+        _KEPT.append(function)
+        script_ops._py_funcs._funcs[token] = function
+    print(f"registered {len(functions)}", flush=True)
 
 
 def say_no_authentication(what: str) -> None:

@@ -78,6 +78,7 @@ class LocalService:
     processes: list[subprocess.Popen]
     static_sharding: bool = False
     watch: Any = dataclasses.field(default=None, repr=False)
+    functions_line: str = dataclasses.field(default="", repr=False)
 
     def __enter__(self) -> LocalService:
         return self
@@ -127,6 +128,7 @@ class LocalService:
             raise ServiceError(
                 f"the pipeline's Python functions cannot be sent to the workers: {error}"
             ) from error
+        self.functions_line = line
         deadline = time.monotonic() + timeout_s
         for process in self.worker_processes:
             if process.poll() is None:
@@ -141,6 +143,28 @@ class LocalService:
                         f"{said.removeprefix('failed ')}"
                     )
         return len(functions)
+
+    def revive(self, index: int, timeout_s: float = 120.0) -> subprocess.Popen:
+        """Starts worker `index` again at its address (after it died), with the pipeline's
+        Python functions registered before it serves; the dispatcher hands it the dead
+        worker's task, which goes on with the epoch's next splits.
+
+        Call it from a thread that outlives the worker (the watch does): a child dies with
+        the thread that started it (`PR_SET_PDEATHSIG`).
+
+        Raises:
+            ServiceError: the worker did not start in time.
+        """
+        port = int(self.worker_addresses[index].rsplit(":", 1)[1])
+        old = self.processes[index + 1]
+        process = _start(_worker_command(self.address.removeprefix("grpc://"), port))
+        if self.functions_line:
+            process.stdin.write(self.functions_line)
+            process.stdin.flush()
+        self.processes[index + 1] = process
+        _stop([old], 0.1)
+        _ready_line(process, time.monotonic() + timeout_s, f"worker {index} (restarted)")
+        return process
 
     def close(self, grace_s: float = 5.0) -> None:
         """Stops the watch, then every process (SIGTERM to its group, SIGKILL after
@@ -203,9 +227,7 @@ def local(
             command += ["--worker-addresses", ",".join(addresses)]
         processes.append(_start(command + ["--worker-timeout-ms", str(worker_timeout_ms)]))
         for worker_port in ports[1:]:
-            command = ["worker", "--dispatcher", address, "--port", str(worker_port)]
-            command += ["--host", "localhost", "--heartbeat-ms", "500", "--accept-functions"]
-            processes.append(_start(command))
+            processes.append(_start(_worker_command(address, worker_port)))
         _ready_line(processes[0], deadline, "the dispatcher")
         for index, process in enumerate(processes[1:]):
             _ready_line(process, deadline, f"worker {index}")
@@ -216,6 +238,13 @@ def local(
     service.watch = Watch(service, stall_timeout_s)
     service.watch.start()
     return service
+
+
+def _worker_command(dispatcher: str, port: int) -> list[str]:
+    return [
+        *("worker", "--dispatcher", dispatcher, "--port", str(port), "--host", "localhost"),
+        *("--heartbeat-ms", "500", "--accept-functions"),
+    ]
 
 
 def _start(arguments: list[str]) -> subprocess.Popen:

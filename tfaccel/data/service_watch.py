@@ -6,12 +6,16 @@ read of the job blocks inside TensorFlow, where Python cannot interrupt it. The 
 (a daemon thread of the training process) polls the servers every `poll_s`:
 
 1. a server that exits is said on stderr at once (which one, its status or signal);
-2. after a death, the surviving workers' CPU time is the job's pulse: when they stay
-   idle (under `IDLE_FRACTION` of a core) for `stall_timeout_s`, the read is stuck; the
-   watch says so, interrupts the main thread (`KeyboardInterrupt` where it runs Python),
-   and, if the service is still open `GRACE_S` later, stops the servers and ends the
-   process with status `STALL_STATUS` (75, EX_TEMPFAIL: `tfaccel launch --max-restarts`
-   restarts it, and a Trainer with a `checkpoint_dir` resumes).
+2. a dead worker is restarted at its address (`LocalService.revive`, at most
+   `MAX_RESTARTS` times each): the dispatcher hands it the dead worker's task, the client
+   reconnects, and the epoch ends short of the splits the dead worker had in hand;
+3. while a server stays down (the dispatcher, or a worker that could not be restarted),
+   the surviving workers' CPU time is the job's pulse: when they stay idle (under
+   `IDLE_FRACTION` of a core) for `stall_timeout_s`, the read is stuck; the watch says
+   so, interrupts the main thread (`KeyboardInterrupt` where it runs Python), and, if
+   the service is still open `GRACE_S` later, stops the servers and ends the process
+   with status `STALL_STATUS` (75, EX_TEMPFAIL: `tfaccel launch --max-restarts` restarts
+   it, and a Trainer with a `checkpoint_dir` resumes).
 """
 
 from __future__ import annotations
@@ -23,11 +27,12 @@ import threading
 import time
 
 STALL_STATUS = 75
+MAX_RESTARTS = 3
 GRACE_S = 5.0
 IDLE_FRACTION = 0.05
 _TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
-__all__ = ["STALL_STATUS", "Watch", "cpu_seconds"]
+__all__ = ["MAX_RESTARTS", "STALL_STATUS", "Watch", "cpu_seconds"]
 
 
 def cpu_seconds(pid: int) -> float | None:
@@ -59,6 +64,7 @@ class Watch(threading.Thread):
         self.poll_s = poll_s
         self.err = err or sys.stderr
         self.deaths: list[tuple[str, int]] = []
+        self.restarts: list[int] = []  # the index (in `processes`) of each restart
         self.stalled = False
         self._stopping = threading.Event()
         self._said: set[int] = set()
@@ -81,32 +87,42 @@ class Watch(threading.Thread):
         return f"worker {index - 1} ({self.service.worker_addresses[index - 1]})"
 
     def _note_deaths(self) -> bool:
-        """Says each newly exited server; True when one has exited since the start."""
-        for index, process in enumerate(self.service.processes):
+        """Says each newly exited server and restarts a dead worker (`MAX_RESTARTS` times
+        each); True while a server is down (the stall clock runs)."""
+        for index, process in enumerate(list(self.service.processes)):
             status = process.poll()
-            if status is None or index in self._said:
+            if status is None or process.pid in self._said:
                 continue
-            self._said.add(index)
+            self._said.add(process.pid)
             self.deaths.append((self._server_name(index), status))
             alive = sum(p.poll() is None for p in self.service.worker_processes)
             self._say(
-                f"{self._server_name(index)} died ({_how(status)}); {alive} worker(s) left. Its "
-                "unfinished work of this epoch is lost, and TensorFlow's client waits for "
-                "it: if the workers stay idle "
-                + (
-                    f"{self.stall_timeout_s:g} s, this process is stopped (status "
-                    f"{STALL_STATUS}) rather than left hanging."
-                    if self.stall_timeout_s is not None
-                    else "the read waits for ever (stall_timeout_s=None)."
-                )
+                f"{self._server_name(index)} died ({_how(status)}); {alive} worker(s) left. "
+                "Its unfinished splits of this epoch are lost (the epoch ends short)."
             )
-        return bool(self._said)
+            if index and self.restarts.count(index) < MAX_RESTARTS:
+                self._restart(index)
+        return any(p.poll() is not None for p in self.service.processes)
+
+    def _restart(self, index: int) -> None:
+        self.restarts.append(index)
+        try:
+            self.service.revive(index - 1)
+        except Exception as error:  # said; the stall clock then decides
+            self._say(f"{self._server_name(index)} could not be restarted: {error}")
+            return
+        self._say(
+            f"{self._server_name(index)} restarted at the same address: the job goes on "
+            "(TensorFlow's client waits for that worker's task, so without it the read "
+            "would block)."
+        )
 
     def run(self) -> None:
         window: list[tuple[float, float]] = []  # (time, survivors' CPU seconds)
         idle_since = None
         while not self._stopping.wait(self.poll_s):
             if not self._note_deaths() or self.stall_timeout_s is None:
+                window, idle_since = [], None
                 continue
             now = time.monotonic()
             cpu = sum(
