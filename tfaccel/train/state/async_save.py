@@ -77,6 +77,19 @@ def write(held: dict, prefix: str) -> str:
     return prefix
 
 
+WRITER_NICE = 10  # the write thread's niceness over the training threads' (Linux)
+
+
+def _yield_to_training() -> None:
+    """Lowers the calling thread's CPU priority (on Linux a thread has its own nice
+    value), so that on a busy host the write takes the cores the steps leave idle."""
+    try:
+        tid = threading.get_native_id()
+        os.setpriority(os.PRIO_PROCESS, tid, os.getpriority(os.PRIO_PROCESS, tid) + WRITER_NICE)
+    except (AttributeError, OSError):  # not Linux, or not allowed: the default priority
+        pass
+
+
 class Writer:
     """Runs one write at a time on a background thread; errors come back on `wait`."""
 
@@ -96,6 +109,7 @@ class Writer:
         self.what = what
 
         def run():
+            _yield_to_training()
             try:
                 job()
             except BaseException as error:  # noqa: BLE001 - handed to the caller on wait()
