@@ -126,6 +126,15 @@ def _check_listening(host: str, port: int, service: str, timeout_s: float = 5.0)
         ) from None
 
 
+def _examples(s) -> int | None:
+    """The examples an epoch holds (the stream before `batch`), when known and finite."""
+    before = getattr(s, "before_batch", None)
+    if before is None:
+        return None
+    count = int(before.cardinality())
+    return count if count > 0 else None
+
+
 def offload(s):
     """Sends the stream built so far to the service's workers (a `stages.Stream`)."""
     info = s.config.service
@@ -155,9 +164,14 @@ def offload(s):
         info.local.share_functions(s.dataset)
     inner = tf.data.Options()
     inner.deterministic = s.config.deterministic
+    expected = _examples(s)
     s.dataset = s.dataset.with_options(inner).apply(
         service.distribute(processing_mode=policy, service=info.address)
     )
+    if info.mode == "dynamic" and expected:
+        from tfaccel.data.service_count import counted
+
+        s.dataset, _ = counted(s.dataset, expected, info.address)
     stages = ", ".join(step.name for step in s.plan.steps)
     s.plan.add(
         "service",
