@@ -2,6 +2,7 @@
 pipelines (workers) read them, so a run saved on N resumes exactly on M."""
 
 import pathlib
+import re
 import signal
 import subprocess
 import sys
@@ -34,6 +35,19 @@ def double(x, y):
     return x * 2.0, y
 
 
+def global_plan(mirrored, **kwargs):
+    fn = tfaccel.data.pipeline(
+        tfaccel.data.from_arrays(*_rows()),
+        batch_size=8,
+        training=True,
+        seed=3,
+        augment=jitter,
+        strategy=mirrored,
+        **kwargs,
+    )
+    return fn.build(tf.distribute.InputContext(2, 0, 2)).plan
+
+
 def global_batches(pipelines, replicas, mirrored, drop, epochs=2, **kwargs):
     """The training stream as global batches, read by `pipelines` input pipelines."""
     fn = tfaccel.data.pipeline(
@@ -60,11 +74,17 @@ def global_batches(pipelines, replicas, mirrored, drop, epochs=2, **kwargs):
     return steps
 
 
-@pytest.mark.parametrize("drop", [False, True])
-def test_global_batches_are_the_same_on_one_or_two_pipelines(mirrored, drop):
-    one = global_batches(1, 2, mirrored, drop)
-    two = global_batches(2, 2, mirrored, drop)
-    two_by_two = global_batches(2, 4, mirrored, drop)
+@pytest.mark.parametrize("drop, budget_mb", [(False, None), (True, None), (False, 0.0003)])
+def test_global_batches_are_the_same_on_one_or_two_pipelines(mirrored, drop, budget_mb):
+    # budget_mb: a shuffle buffer smaller than the data (sized on the elements one
+    # pipeline shuffles, its augment index included), so both permute alike.
+    kwargs = {} if budget_mb is None else {"shuffle_budget_mb": budget_mb}
+    one = global_batches(1, 2, mirrored, drop, **kwargs)
+    two = global_batches(2, 2, mirrored, drop, **kwargs)
+    two_by_two = global_batches(2, 4, mirrored, drop, **kwargs)
+    if budget_mb:
+        buffer = re.search(r"shuffle_buffer=(\d+)", str(global_plan(mirrored, **kwargs)))
+        assert 1 < int(buffer.group(1)) < N
     assert len(one) == len(two) == len(two_by_two) == (8 if drop else 10)
     for (x1, y1), (x2, y2), (x4, y4) in zip(one, two, two_by_two, strict=True):
         np.testing.assert_array_equal(y1, y2)

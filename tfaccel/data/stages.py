@@ -313,6 +313,12 @@ def elastic(s: Stream) -> Stream:
     s.uncached = s.dataset
     if config.cache == "memory":
         s.plan.notes.append("cache: not needed (the rows are in memory and read by index)")
+    # The buffer is sized on the elements one pipeline would shuffle (index or augment
+    # included), so that both give the same buffer, hence the same permutation.
+    if s.stateless:
+        s.dataset = s.dataset.enumerate()
+    elif config.augment is not None:
+        s.dataset = mapped(s.dataset, config.augment, config, "augment")
     s = global_order.read(s, *shuffle_buffer(s))
     s.plan.notes.append(resume_note(config, s.stateless) + "; elastic over workers")
     return s
