@@ -94,3 +94,91 @@ def test_a_killed_server_ends_the_stalled_read_in_bounded_time(victim):
     while any(_alive(pid) for pid in pids) and time.monotonic() < deadline:
         time.sleep(0.2)
     assert not any(_alive(pid) for pid in pids)
+
+
+_WORK_DIR_JOB = textwrap.dedent(
+    """
+    import json, os, signal, sys, tempfile, threading, time
+    import numpy as np
+    import tensorflow as tf
+    from tfaccel import data
+    from tfaccel.launch import _die_with_parent, free_ports
+
+    def start(*arguments):  # `tfaccel data-service ...`, its ready line awaited
+        process = subprocess.Popen(
+            [sys.executable, "-m", "tfaccel", "data-service", *arguments, "--quiet"],
+            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+            start_new_session=True, preexec_fn=_die_with_parent)  # even if the job is killed
+        assert process.stdout.readline().startswith("tfaccel data-service ready:")
+        return process
+
+    import subprocess
+    work_dir = tempfile.mkdtemp()
+    port, *workers = free_ports(3)
+    dispatcher = ["dispatcher", "--port", str(port), "--work-dir", work_dir]
+    servers = [start(*dispatcher)]
+    for worker in workers:
+        servers.append(start("worker", "--dispatcher", f"localhost:{port}", "--port",
+                             str(worker), "--host", "localhost"))
+    print(json.dumps([p.pid for p in servers]), flush=True)
+    restart = threading.Event()
+
+    def restarter():  # a thread that outlives what it starts
+        restart.wait()
+        servers.append(start(*dispatcher))
+        print("restarted", flush=True)
+        time.sleep(3600)
+
+    threading.Thread(target=restarter, daemon=True).start()
+    ids = np.arange(3000)
+    work = lambda x, y: (x + 0.0 * tf.reduce_sum(tf.sin(tf.random.uniform([200000]))), y)
+    train = data.pipeline(data.from_arrays(ids.astype("float32").reshape(-1, 1), ids),
+                          batch_size=10, training=True, preprocess=work, cache=None,
+                          service=f"grpc://localhost:{port}")
+    try:
+        for epoch in range(2):
+            seen = []
+            for step, (_, y) in enumerate(train):
+                seen += y.numpy().tolist()
+                if epoch == 0 and step == 5:
+                    os.killpg(servers[0].pid, signal.SIGKILL)
+                    servers[0].wait()
+                    print("killed", flush=True)
+                    restart.set()
+            print("epoch", epoch, len(seen), len(set(seen)), flush=True)
+    finally:
+        for server in servers:
+            if server.poll() is None:
+                os.killpg(server.pid, signal.SIGKILL)
+                server.wait()
+    """
+)
+
+
+def test_a_dispatcher_restarted_with_its_work_dir_lets_the_job_go_on():
+    job = subprocess.Popen(
+        [sys.executable, "-c", _WORK_DIR_JOB],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        out, err = job.communicate(timeout=GUARD_S)
+    except subprocess.TimeoutExpired:
+        os.killpg(job.pid, signal.SIGKILL)
+        out, err = job.communicate()
+        pytest.fail(f"the job hung past {GUARD_S} s:\n{out}\n{err[-3000:]}")
+    assert job.returncode == 0, err[-3000:]
+    lines = out.splitlines()
+    assert "killed" in lines and "restarted" in lines
+    # the journal kept the job: both epochs whole, the one of the restart included
+    assert [line for line in lines if line.startswith("epoch")] == [
+        "epoch 0 3000 3000",
+        "epoch 1 3000 3000",
+    ]
+    pids = json.loads(lines[0])
+    deadline = time.monotonic() + 30
+    while any(_alive(pid) for pid in pids) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not any(_alive(pid) for pid in pids)
