@@ -233,15 +233,13 @@ def test_the_users_batch_and_rate_are_kept_when_no_larger_batch_pays():
     assert "noise scale allows 24" in kept.reason
 
 
-def test_a_batch_with_too_few_steps_an_epoch_is_lowered():
+def test_a_batch_with_too_few_steps_an_epoch_is_kept_not_lowered():
+    # The steps-per-epoch rule stops an increase; lowering 64 to 60 for it alone measured
+    # 1.05x the time to the same accuracy (digits), so the user's batch stays.
     report = report_with(examples=1_212, limits={"memory": 128, "steps per epoch": 60})
     choice = tuning.recommend(report, batch_size=64, learning_rate=2e-3, optimizer="adam")
-    assert (choice.batch_size, choice.kept) == (60, False)
-    assert choice.learning_rate == pytest.approx(2e-3 * math.sqrt(60 / 64))
-    on_two = tuning.recommend(
-        report, batch_size=64, learning_rate=2e-3, optimizer="adam", replicas=8
-    )
-    assert on_two.batch_size == 56  # a multiple of the replicas
+    assert (choice.batch_size, choice.learning_rate, choice.kept) == (64, 2e-3, True)
+    assert "no larger batch; kept" in choice.reason
 
 
 def test_limits_survive_json_with_an_unbounded_noise_scale():
@@ -333,12 +331,12 @@ def test_the_probes_data_skip_tf_datas_default_rewrites():
 
 
 def test_the_data_alone_decides_before_any_probe():
-    # The `make run` job: 1,212 examples, batch 64 — 20 steps an epoch allow at most 60.
+    # The `make run` job: 1,212 examples, batch 64 — 20 steps an epoch allow at most 60:
+    # no larger batch, and the user's is kept (not lowered for the step count alone).
     choice = tuning.before_probing(
         batch_size=64, learning_rate=2e-3, optimizer="adam", examples=1_212
     )
-    assert (choice.batch_size, choice.kept) == (60, False)
-    assert choice.learning_rate == pytest.approx(2e-3 * math.sqrt(60 / 64))
+    assert (choice.batch_size, choice.learning_rate, choice.kept) == (64, 2e-3, True)
     assert choice.reason.startswith("no probe: 1,212 examples leave no batch above 64")
     at_cap = tuning.before_probing(
         batch_size=60, learning_rate=2e-3, optimizer="adam", examples=1_212
