@@ -39,7 +39,7 @@ def main():
     np.savez(
         f"{args.out}.task{info.task_index}.npz",
         *trainer.model.get_weights(),
-        seen=counter.seen.numpy() * strategy.num_replicas_in_sync,
+        seen=counter.seen.numpy(),  # a global total (train_job.Counter)
         multi_worker=isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy),
         replicas=strategy.num_replicas_in_sync,
         source=trainer.settings["cluster"],
