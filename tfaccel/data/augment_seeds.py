@@ -25,6 +25,7 @@ Example:
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import inspect
 import random
@@ -40,27 +41,36 @@ KEY_RANGE, KEY_DRAWS = 256, 4  # unshuffled data: 256*255*254*253 distinct epoch
 KEY_SEED_OFFSET = 7919  # keeps the key draws apart from a shuffle seeded alike upstream
 
 
+@contextlib.contextmanager
+def without_global_seed():
+    """Random ops made inside ignore TensorFlow's global seed (`tf.random.set_seed`,
+    `keras.utils.set_random_seed`): an op's own seed alone decides, whatever code ran
+    before (tf.data's shuffle otherwise pairs its seed with the global one in force)."""
+    eager = context.context()
+    graph = None if tf.executing_eagerly() else tf.compat.v1.get_default_graph()
+    saved = eager._seed, graph.seed if graph is not None else None
+    eager._seed = None  # not set_seed: that would also reset unseeded ops' sequence
+    if graph is not None:
+        graph.seed = None
+    try:
+        yield
+    finally:
+        eager._seed = saved[0]
+        if graph is not None:
+            graph.seed = saved[1]
+
+
 def own_seed(build):
     """Decorates `build(config, ...)` so that ops seeded by `config.seed` ignore TensorFlow's
-    global seed: `tf.data`'s shuffle otherwise pairs its seed with the global one in force
-    (`tf.random.set_seed`), and the same `seed` gives another order after other code ran."""
+    global seed (see `without_global_seed`): the same `seed` gives the same order after
+    other code ran."""
 
     @functools.wraps(build)
     def built_with_own_seed(config, *args, **kwargs):
         if config.seed is None:  # unseeded: the global seed (if any) decides, as in tf.data
             return build(config, *args, **kwargs)
-        eager = context.context()
-        graph = None if tf.executing_eagerly() else tf.compat.v1.get_default_graph()
-        saved = eager._seed, graph.seed if graph is not None else None
-        eager._seed = None  # not set_seed: that would also reset unseeded ops' sequence
-        if graph is not None:
-            graph.seed = None
-        try:
+        with without_global_seed():
             return build(config, *args, **kwargs)
-        finally:
-            eager._seed = saved[0]
-            if graph is not None:
-                graph.seed = saved[1]
 
     return built_with_own_seed
 

@@ -31,6 +31,7 @@ import statistics
 import keras
 import tensorflow as tf
 
+from tfaccel.data.augment_seeds import without_global_seed
 from tfaccel.train.step.iterators import adopt
 
 Z = 2.0  # standard errors: the bound is the largest B_simple the estimate supports at Z
@@ -188,7 +189,8 @@ def gradient_noise_scale(
     buffer = 10_000 if count < 0 else min(count, 10_000)
 
     def draws(size: int, offset: int):
-        shuffled = data.shuffle(buffer, seed=seed + offset, reshuffle_each_iteration=True)
+        with without_global_seed():  # the same batches whatever global seed is in force
+            shuffled = data.shuffle(buffer, seed=seed + offset, reshuffle_each_iteration=True)
         return adopt(iter(shuffled.repeat().batch(size, drop_remainder=True)))
 
     small_iter, big_iter = draws(small, 0), draws(big, 1)

@@ -34,6 +34,7 @@ import statistics
 
 import tensorflow as tf
 
+from tfaccel.data.augment_seeds import without_global_seed
 from tfaccel.tuning.budget import NOISE_SHARE, TimeLimit, fixed_seconds, rate_at
 from tfaccel.tuning.noise import MAX_ERROR, error_text, gradient_noise_scale, upper_limit
 from tfaccel.tuning.oom import is_out_of_memory, release_memory
@@ -151,7 +152,8 @@ def measure(search, limit: TimeLimit, largest: int, knee: int, warmup: int | Non
             model = search._build()
         warm_steps = asked // warm_batch
         if warm_steps:
-            shuffled = search.data.shuffle(min(examples or 10_000, 10_000), seed=0).repeat()
+            with without_global_seed():  # the same warm-up whatever global seed is set
+                shuffled = search.data.shuffle(min(examples or 10_000, 10_000), seed=0).repeat()
             model.fit(
                 shuffled.batch(warm_batch, drop_remainder=True).prefetch(tf.data.AUTOTUNE),
                 epochs=1,
