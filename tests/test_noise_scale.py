@@ -33,7 +33,7 @@ def linear_problem(noise):
 def test_noise_scale_matches_the_exact_value_of_a_linear_model(noise):
     model, data, exact = linear_problem(noise)
     before = model.get_weights()[0].copy()
-    estimate = tuning.gradient_noise_scale(model, data, "mse", small=8, big=512, batches=50)
+    estimate = tuning.gradient_noise_scale(model, data, "mse", small=8, big=512, batches=200)
     assert estimate.b_simple == pytest.approx(exact, rel=0.2)
     np.testing.assert_array_equal(model.get_weights()[0], before)  # weights untouched
     assert "B_simple" in str(estimate)
