@@ -35,32 +35,20 @@ def double(x, y):
     return x * 2.0, y
 
 
+def _pipeline(mirrored, **kwargs):
+    """The seeded, augmented pipeline over the 37 rows, for 2 replicas."""
+    source = tfaccel.data.from_arrays(*_rows())
+    settings = {"batch_size": 8, "training": True, "seed": 3, "augment": jitter}
+    return tfaccel.data.pipeline(source, strategy=mirrored, **{**settings, **kwargs})
+
+
 def global_plan(mirrored, **kwargs):
-    fn = tfaccel.data.pipeline(
-        tfaccel.data.from_arrays(*_rows()),
-        batch_size=8,
-        training=True,
-        seed=3,
-        augment=jitter,
-        strategy=mirrored,
-        **kwargs,
-    )
-    return fn.build(tf.distribute.InputContext(2, 0, 2)).plan
+    return _pipeline(mirrored, **kwargs).build(tf.distribute.InputContext(2, 0, 2)).plan
 
 
 def global_batches(pipelines, replicas, mirrored, drop, epochs=2, **kwargs):
     """The training stream as global batches, read by `pipelines` input pipelines."""
-    fn = tfaccel.data.pipeline(
-        tfaccel.data.from_arrays(*_rows()),
-        batch_size=8,
-        training=True,
-        seed=3,
-        augment=jitter,
-        preprocess=double,
-        strategy=mirrored,
-        drop_remainder=drop,
-        **kwargs,
-    )
+    fn = _pipeline(mirrored, preprocess=double, drop_remainder=drop, **kwargs)
     per = [
         list(fn.build(tf.distribute.InputContext(pipelines, w, replicas)).dataset.repeat(epochs))
         for w in range(pipelines)
