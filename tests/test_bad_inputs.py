@@ -8,6 +8,7 @@ import io
 import json
 import socket
 import sys
+import threading
 import warnings
 
 import keras
@@ -183,6 +184,9 @@ def checkpoint_dir_becomes_file(tmp_path, monkeypatch):
     class ReplaceByFile(keras.callbacks.Callback):
         def on_train_batch_end(self, batch, logs=None):
             if batch == 1 and folder.is_dir():
+                for thread in threading.enumerate():  # not mid-write: the swap, not a race
+                    if thread.name.startswith("tfaccel-save"):
+                        thread.join()
                 for item in folder.iterdir():
                     if item.is_file():
                         item.unlink()
