@@ -58,10 +58,10 @@ def _alive(pid):
         return False
 
 
-@pytest.mark.parametrize("victim", [1, 0], ids=["worker", "dispatcher"])
-def test_a_killed_server_ends_the_stalled_read_in_bounded_time(victim):
+def _run_guarded(code: str, *args: str):
+    """Runs `code` in a fresh Python process group; fails the test if it outlives GUARD_S."""
     job = subprocess.Popen(
-        [sys.executable, "-c", _JOB, str(victim)],
+        [sys.executable, "-c", code, *args],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
@@ -73,6 +73,12 @@ def test_a_killed_server_ends_the_stalled_read_in_bounded_time(victim):
         os.killpg(job.pid, signal.SIGKILL)
         out, err = job.communicate()
         pytest.fail(f"the job hung past {GUARD_S} s:\n{out}\n{err[-3000:]}")
+    return job, out, err
+
+
+@pytest.mark.parametrize("victim", [1, 0], ids=["worker", "dispatcher"])
+def test_a_killed_server_ends_the_stalled_read_in_bounded_time(victim):
+    job, out, err = _run_guarded(_JOB, str(victim))
     pids = json.loads(out.splitlines()[0])
     assert "killed" in out, err[-3000:]
     said = [line for line in err.splitlines() if line.startswith("tfaccel data service:")]
@@ -156,19 +162,7 @@ _WORK_DIR_JOB = textwrap.dedent(
 
 
 def test_a_dispatcher_restarted_with_its_work_dir_lets_the_job_go_on():
-    job = subprocess.Popen(
-        [sys.executable, "-c", _WORK_DIR_JOB],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        start_new_session=True,
-    )
-    try:
-        out, err = job.communicate(timeout=GUARD_S)
-    except subprocess.TimeoutExpired:
-        os.killpg(job.pid, signal.SIGKILL)
-        out, err = job.communicate()
-        pytest.fail(f"the job hung past {GUARD_S} s:\n{out}\n{err[-3000:]}")
+    job, out, err = _run_guarded(_WORK_DIR_JOB)
     assert job.returncode == 0, err[-3000:]
     lines = out.splitlines()
     assert "killed" in lines and "restarted" in lines
