@@ -16,16 +16,21 @@ The rule, in order:
    minimum. A descent inside the band gives no suggestion: "flat" where the loss barely
    moves and its noise is small (under `FLAT_RELATIVE` of the loss), "too noisy"
    otherwise. A curve whose minimum is within its first half window and that then rises
-   beyond the band is "diverged at once".
+   beyond the band is "diverged at once". A positive loss that fell by less than
+   `MIN_DESCENT` (20 %) of its start gives no suggestion either: the model barely learned
+   over the ramp, and where such a curve bends says little about training.
 5. The slope of the loss against log10(rate) is a least-squares fit over `w` points
    around each point, the losses clipped to the smoothed curve ± 3 sigma (a spike moves
    no slope): the rate's spacing counts, and the fit's standard error says how
    sure the slope is. A point is *clearly descending* when its slope plus two standard
    errors is below zero and the slope is at least `KEEP_SLOPE` of the steepest one.
-6. The suggestion is the largest clearly descending rate at or below the minimum, and
-   at most the minimum's rate / `BELOW_MINIMUM` (the minimum is where the rate starts to
-   hurt; a minimum at the ramp's end is said to be unseen). No clearly descending point
-   gives "too noisy".
+6. The divergence is *seen* when the curve holds a non-finite loss or the smoothed loss
+   rises after its minimum by more than the band and `SEEN_RISE` (a quarter) of the
+   descent. Seen: the suggestion is the largest clearly descending rate at or below the
+   minimum, and at most the minimum's rate / `BELOW_MINIMUM` (the minimum is where the
+   rate starts to hurt). Unseen (the loss still falls, or levels off, at the ramp's end):
+   the minimum says nothing, and the suggestion is the largest clearly descending rate /
+   `UNSEEN_BELOW`. No clearly descending point gives "too noisy".
 
 `steepest` is the common alternative (the steepest point of an exponentially smoothed
 curve, by index, as Lightning's `lr_find` suggests it), kept to compare against.
@@ -43,6 +48,9 @@ BAND_SIGMAS = 3.0  # a descent must exceed this many standard errors of a smooth
 FLAT_RELATIVE = 0.01  # noise under this fraction of the loss: an unmoving curve is "flat"
 KEEP_SLOPE = 0.2  # a clearly descending point descends at least this share of the steepest
 BELOW_MINIMUM = 3.0  # the suggestion is at most the minimum's rate over this
+MIN_DESCENT = 0.2  # a positive loss must fall by this share of its start over the ramp
+SEEN_RISE = 0.25  # a rise after the minimum by this share of the descent: divergence seen
+UNSEEN_BELOW = 3.0  # divergence unseen: the largest clearly descending rate over this
 
 
 @dataclasses.dataclass(frozen=True)
@@ -51,8 +59,8 @@ class Suggestion:
 
     Attributes:
         rate: the suggested rate, or None.
-        reason: why that rate, or why none ("flat", "too noisy", "diverged at once", with
-            the figures).
+        reason: why that rate, or why none ("flat", "too noisy", "diverged at once",
+            "barely learned", with the figures).
         smoothed: the running-median loss, one per finite point (NaN after a cut).
         noise: sigma, the robust noise of one loss.
         descent: the start's loss minus the smoothed minimum.
@@ -159,6 +167,13 @@ def suggest(rates, losses) -> Suggestion:
         return Suggestion(None, why, **read)
     if descent <= band:
         return Suggestion(None, _no_descent(descent, band, sigma, start, rates_read), **read)
+    if start > 0 and descent < MIN_DESCENT * start:
+        why = (
+            f"barely learned: the loss fell only {descent / start:.0%} over the ramp (from "
+            f"{start:.3g} to {start - descent:.3g}; at least {MIN_DESCENT:.0%} is needed): the "
+            f"model barely learned in {end} steps: ramp over more steps or a larger batch"
+        )
+        return Suggestion(None, why, **read)
     minimum_rate = float(rates_read[i_min])
     # Winsorized: a spike moves no slope more than a 3-sigma loss would.
     clipped = np.clip(y, smooth - 3.0 * sigma, smooth + 3.0 * sigma)
@@ -173,12 +188,21 @@ def suggest(rates, losses) -> Suggestion:
         return Suggestion(None, why, minimum_rate=minimum_rate, **read)
     steepest_slope = float(np.min(slopes[significant]))
     clear = significant & (slopes <= KEEP_SLOPE * steepest_slope)
-    i_rate = int(np.flatnonzero(clear)[-1])
-    rate = min(float(rates_read[i_rate]), minimum_rate / BELOW_MINIMUM)
-    why = (
-        f"the largest rate still clearly descending is {rates_read[i_rate]:.3g}; the "
-        f"loss is lowest at {minimum_rate:.3g}: suggested {rate:.3g}"
-    )
+    descending = float(rates_read[np.flatnonzero(clear)[-1]])
+    if len(bad) or rise > max(band, SEEN_RISE * descent):
+        rate = min(descending, minimum_rate / BELOW_MINIMUM)
+        why = (
+            f"the largest rate still clearly descending is {descending:.3g}; the loss is "
+            f"lowest at {minimum_rate:.3g}: suggested {rate:.3g}"
+        )
+    else:
+        rate = descending / UNSEEN_BELOW
+        why = (
+            f"the largest rate still clearly descending is {descending:.3g}; the divergence "
+            f"is not seen (after its minimum at {minimum_rate:.3g} the loss rose by "
+            f"{rise / descent:.0%} of its descent, under {SEEN_RISE:.0%}), so the minimum "
+            f"says nothing: suggested {descending:.3g} / {UNSEEN_BELOW:g} = {rate:.3g}"
+        )
     if i_min >= len(y) - 1 - w // 2:
         why += (
             " (the loss was still lowest at the ramp's last rates: where the rate starts "
