@@ -8,6 +8,9 @@ accuracy for the classifiers, minus the mean squared error for the regression). 
 runs `tfaccel.tuning.find_learning_rate` once at the job's batch and reads two rules from
 the same curve: tfaccel's suggestion and the steepest-descent rule of the kind Lightning
 uses (`lr_rule.steepest`); it trains the job at each and times it to the same target.
+A second, sized reading tells the finder the job's size (`job_examples`: epochs × training
+examples) and records its decision (`sized`: the ramp's steps and suggestion, or why it
+did not pay) beside the full-ramp reading that the rate comparison uses.
 
 Targets (issue 41): the finder's rate reaches the target in at most 1.15× the best
 rate's time on every job; the steepest rule is reported beside it (ours no worse on any
@@ -36,7 +39,7 @@ import tensorflow as tf
 
 import tfaccel
 from tfaccel import strict_json
-from tfaccel.tuning import lr_rule
+from tfaccel.tuning import lr_rule, lr_sizing
 
 sys.path.insert(0, str(pathlib.Path(__file__).parent))
 sys.path.insert(0, str(pathlib.Path(__file__).parents[1] / "recipes"))
@@ -192,6 +195,7 @@ def run_job(name: str, job: dict, quick: bool) -> dict:
     report = tfaccel.tuning.find_learning_rate(
         model, batches(job, repeat=True), num_steps=30 if quick else 100, min_lr=1e-6, max_lr=1.0
     )
+    sized = sized_reading(job, num_steps=30 if quick else 100)
     picks = {"finder": report.suggestion, "steepest": report.steepest_rate}
     out = {
         "target": target,
@@ -203,6 +207,7 @@ def run_job(name: str, job: dict, quick: bool) -> dict:
         "best_time": best["time_to_target"],
         "range_test": report.to_dict(),
         "finder_cost": report.seconds / best["curve"][-1][0],
+        "sized": {**sized, "cost": sized["seconds"] / best["curve"][-1][0]},
     }
     for rule, rate in picks.items():
         run = train(job, rate) if rate is not None else None
@@ -216,9 +221,41 @@ def run_job(name: str, job: dict, quick: bool) -> dict:
     print(
         f"{name}: best {best['learning_rate']:.3g} in {best['time_to_target']:.1f} s; finder "
         f"{_text(out['finder'])}; steepest {_text(out['steepest'])}; finder cost "
-        f"{out['finder_cost']:.1%} of the job"
+        f"{out['finder_cost']:.1%} of the job; sized to the job: {_sized_text(sized)}"
     )
     return out
+
+
+def sized_reading(job: dict, num_steps: int) -> dict:
+    """The finder told the job's size (`job_examples`): its ramp, or why it did not run."""
+    job_examples = job["epochs"] * len(job["data"][1])
+    report = tfaccel.tuning.find_learning_rate(
+        compiled(job, 1e-3),
+        batches(job, repeat=True),
+        num_steps=num_steps,
+        min_lr=1e-6,
+        max_lr=1.0,
+        job_examples=job_examples,
+    )
+    return {
+        "job_examples": job_examples,
+        "job_steps": job_examples // job["batch_size"],
+        "ran": report.stopped != "not run",
+        "ramp_steps": report.ramp_steps,
+        "steps": report.steps,
+        "suggestion": report.suggestion,
+        "reason": report.reason,
+        "seconds": report.seconds,
+    }
+
+
+def _sized_text(sized: dict) -> str:
+    if not sized["ran"]:
+        return sized["reason"].split("; keep")[0]
+    rate = sized["suggestion"]
+    return f"a ramp of {sized['ramp_steps']} steps, " + (
+        "no suggestion" if rate is None else f"suggested {rate:.3g}"
+    )
 
 
 def _text(pick: dict) -> str:
@@ -264,7 +301,15 @@ def main(argv=None) -> dict:
         "ran_at": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
         "quick": args.quick,
         "rates": RATES,
-        "rule": {"below_minimum": lr_rule.BELOW_MINIMUM, "keep_slope": lr_rule.KEEP_SLOPE},
+        "rule": {
+            "below_minimum": lr_rule.BELOW_MINIMUM,
+            "keep_slope": lr_rule.KEEP_SLOPE,
+            "min_descent": lr_rule.MIN_DESCENT,
+            "seen_rise": lr_rule.SEEN_RISE,
+            "unseen_below": lr_rule.UNSEEN_BELOW,
+            "ramp_share": lr_sizing.RAMP_SHARE,
+            "min_ramp": lr_sizing.MIN_RAMP,
+        },
         "jobs": {name: run_job(name, table[name], args.quick) for name in names},
     }
     stem = "learning_rate.quick" if args.quick else "learning_rate"

@@ -111,7 +111,8 @@ def tune(
     its suggestion wins, and without one the scaled rate stays (`note` says why).
     With `epochs` or `job_examples` both steps together keep within the batch
     tuner's bound, `budget.PROBE_SHARE` (10 %) of the job's time at the examples/s
-    measured; the rate step is skipped when nothing is left.
+    measured; the rate step is skipped when nothing is left, and its ramp is sized to
+    the job (`find_learning_rate`'s `job_examples`: too small a job runs no ramp).
 
     Args:
         build_model: zero-argument callable returning an uncompiled `keras.Model`.
@@ -147,7 +148,7 @@ def tune(
         note = "the range test was skipped: the tuning bound was spent on the batch"
     else:
         rate_report = _range_test(
-            build_model, dataset, choice, loss, optimizer, strategy, lr_steps, left
+            build_model, dataset, choice, loss, optimizer, strategy, lr_steps, left, job_examples
         )
         if rate_report.suggestion is not None:
             rate = rate_report.suggestion
@@ -181,7 +182,7 @@ def _batch_step(build_model, dataset, examples, loss, strategy, users, job_examp
     return recommend(report, **users, replicas=replicas), report
 
 
-def _range_test(build_model, dataset, choice, loss, optimizer, strategy, steps, left):
+def _range_test(build_model, dataset, choice, loss, optimizer, strategy, steps, left, job_examples):
     with strategy.scope():
         model = build_model()
         model.compile(optimizer=_optimizer_at(optimizer, choice.learning_rate), loss=loss)
@@ -195,4 +196,5 @@ def _range_test(build_model, dataset, choice, loss, optimizer, strategy, steps, 
         max_lr=choice.learning_rate * RAMP_ABOVE,
         num_steps=steps,
         budget_s=None if left is None else max(left, math.ulp(1.0)),
+        job_examples=job_examples,
     )

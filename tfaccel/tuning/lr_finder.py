@@ -3,8 +3,10 @@
 `find_learning_rate(trainer or compiled model, data)` trains up to `num_steps` steps with
 the rate ramped exponentially from `min_lr` to `max_lr` (one rate per step), stopping
 early when the loss diverges or `budget_s` is spent, and reads the curve with
-`lr_rule.suggest`. The ramp is a Keras callback (`LRRangeTest`), so `model.fit` and
-`Trainer.fit` run it alike, on any number of replicas.
+`lr_rule.suggest`. Given the job's size (`job_examples`), the ramp is sized to it
+(`lr_sizing`: at most 5 % of the job's steps; too small a job runs no test).
+The ramp is a Keras callback (`LRRangeTest`), so `model.fit` and `Trainer.fit` run it
+alike, on any number of replicas.
 
 Restored afterwards, so that a fit after the test equals one without it: the model's
 variables, the optimizer's (slots, `iterations`, the rate or the schedule), the metrics'
@@ -29,7 +31,7 @@ import numpy as np
 import tensorflow as tf
 
 from tfaccel.train.loop.faults import TrainingDivergedError
-from tfaccel.tuning import lr_rule
+from tfaccel.tuning import lr_rule, lr_sizing
 from tfaccel.tuning.lr_report import LearningRateReport
 
 RECENT = 5  # divergence is read on the median of the last few losses
@@ -216,9 +218,6 @@ def _target(target):
             )
         if not target.built:
             raise ValueError("Build the model first (an Input layer, or call it on a batch).")
-        with target.distribute_strategy.scope():
-            if not target.optimizer.built:  # as model.fit would: its slots exist before
-                target.optimizer.build(target.trainable_variables)
 
         def objects():
             return {
@@ -256,6 +255,13 @@ def _batches(data, y, batch_size) -> int | None:
     return None
 
 
+def _build_optimizer(model, trainer) -> None:
+    """As `model.fit` would: a compiled model's optimizer slots exist before the snapshot."""
+    if trainer is None and not model.optimizer.built:
+        with model.distribute_strategy.scope():
+            model.optimizer.build(model.trainable_variables)
+
+
 def _check_arguments(min_lr, max_lr, num_steps, budget_s, stop_factor) -> None:
     if not (0 < min_lr < max_lr) or not math.isfinite(max_lr):
         raise ValueError(f"Need 0 < min_lr < max_lr, got min_lr={min_lr}, max_lr={max_lr}.")
@@ -282,14 +288,16 @@ def find_learning_rate(
     num_steps: int = 100,
     budget_s: float | None = None,
     stop_factor: float = 4.0,
+    job_examples: int | None = None,
     verbose: int = 0,
 ) -> LearningRateReport:
     """Runs a learning-rate range test and suggests the rate to train at, or says why not.
 
     The rate is ramped exponentially from `min_lr` to `max_lr` over `num_steps` steps
     (one batch each) of `target`'s own fit; the curve is read by `lr_rule.suggest` (the
-    largest rate still clearly descending, at most a third of the loss's minimum; no
-    suggestion when the curve is flat, too noisy or diverges at once). Everything the
+    largest rate still clearly descending, at most a third of the loss's minimum, or a
+    third of that rate when the divergence is not seen; no suggestion when the curve is
+    flat, too noisy, barely falls or diverges at once). Everything the
     test trained is put back (see the module): a fit after it equals one without it.
 
     Args:
@@ -304,6 +312,10 @@ def find_learning_rate(
             that many batches.
         budget_s: stop the ramp after this many seconds.
         stop_factor: stop when the loss exceeds this multiple of its lowest.
+        job_examples: the job's size (epochs × examples), as `find_batch_size` takes: the
+            ramp is then at most `lr_sizing.RAMP_SHARE` (5 %) of the job's steps, and
+            below `lr_sizing.MIN_RAMP` steps nothing runs (no suggestion, reason "too
+            small to pay").
         verbose: passed to `fit`.
 
     Returns:
@@ -317,6 +329,13 @@ def find_learning_rate(
     """
     _check_arguments(min_lr, max_lr, num_steps, budget_s, stop_factor)
     model, optimizer, objects, trainer = _target(target)
+    if job_examples is not None:
+        lr_sizing.check_job_examples(job_examples)
+        batch = lr_sizing.batch_of(data, y, batch_size)
+        num_steps, needed, job_steps = lr_sizing.ramp_steps(job_examples, batch, num_steps)
+        if num_steps < needed:
+            return lr_sizing.not_run(num_steps, needed, job_steps, job_examples, batch)
+    _build_optimizer(model, trainer)
     batches = _batches(data, y, batch_size)
     if batches is not None and batches < num_steps:
         raise ValueError(
@@ -392,4 +411,5 @@ def _report(ramp: LRRangeTest, control: RateControl, seconds: float) -> Learning
         steps=ramp.done,
         seconds=seconds,
         schedule=schedule,
+        ramp_steps=ramp.num_steps,
     )

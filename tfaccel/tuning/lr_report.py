@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
+import textwrap
 
 
 @dataclasses.dataclass
@@ -13,7 +14,8 @@ class LearningRateReport:
 
     Attributes:
         suggestion: the rate to train at (the base rate of a schedule), or None.
-        reason: why that rate, or why none (flat, too noisy, diverged at once).
+        reason: why that rate, or why none (flat, too noisy, diverged at once, barely
+            learned; "too small to pay" when a job sized by `job_examples` ran no test).
         rates: the rate of each recorded point (one per step, or per loop of steps).
         losses: the training loss of each point.
         smoothed: the running-median loss the rule read (finite part of the curve).
@@ -21,11 +23,14 @@ class LearningRateReport:
         steepest_rate: what the steepest-descent rule (Lightning's kind) reads from the
             same curve, for comparison; None when the curve is too short.
         noise: the robust noise of one loss.
-        stopped: why the ramp ended: "end of ramp", "diverged", "budget" or "data".
+        stopped: why the ramp ended: "end of ramp", "diverged", "budget", "data", or
+            "not run" (too small to pay: the curve is then empty).
         steps: training steps the test ran.
         seconds: its wall time.
         schedule: the optimizer's schedule class when it has one (the rates are then its
             base rate), else None.
+        ramp_steps: the ramp's planned steps (`num_steps`, or fewer when sized by
+            `job_examples`; 0 when not run).
     """
 
     suggestion: float | None
@@ -40,6 +45,7 @@ class LearningRateReport:
     steps: int
     seconds: float
     schedule: str | None = None
+    ramp_steps: int | None = None
 
     def to_dict(self) -> dict:
         """The report as a dict of JSON-ready values (non-finite losses become None)."""
@@ -76,6 +82,20 @@ class LearningRateReport:
             figure = Figure(figsize=(6, 4))
             FigureCanvasAgg(figure)
             ax = figure.subplots()
+        if not self.rates:  # no test ran (too small to pay): the figure says why
+            ax.text(0.5, 0.5, textwrap.fill(self.reason, 60), ha="center", va="center")
+            ax.set_axis_off()
+            ax.set_title("no range test: " + self.reason.split(":")[0])
+        else:
+            self._draw(ax)
+        if path is not None:
+            folder = os.path.dirname(os.fspath(path))
+            if folder:
+                os.makedirs(folder, exist_ok=True)
+            ax.figure.savefig(os.fspath(path), dpi=100, bbox_inches="tight")
+        return ax
+
+    def _draw(self, ax) -> None:
         ax.plot(self.rates, self.losses, ".", color="0.6", label="loss per step")
         n = len(self.smoothed)
         if n:
@@ -94,9 +114,3 @@ class LearningRateReport:
         title = "no suggestion: " + self.reason.split(":")[0] if self.suggestion is None else ""
         ax.set_title(title)
         ax.legend(fontsize="small")
-        if path is not None:
-            folder = os.path.dirname(os.fspath(path))
-            if folder:
-                os.makedirs(folder, exist_ok=True)
-            ax.figure.savefig(os.fspath(path), dpi=100, bbox_inches="tight")
-        return ax
