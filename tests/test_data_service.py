@@ -145,12 +145,13 @@ def test_the_plan_says_what_runs_where(service):
     plan = data.plan_of(there)
     assert plan.names[-3:] == ["service", "prefetch", "options"]
     step = plan.step("service")
-    assert step.settings["runs_there"] == "source, cache, shuffle, batch"
+    assert step.settings["runs_there"] == "source, splits, cache, shuffle, batch"
+    assert plan.step("splits").settings["by"] == "chunks of 2 rows (strided)"
     assert step.settings["here"] == "prefetch, distribution to replicas"
     assert step.settings["mode"] == "dynamic"
     assert RESUME_NOTE in plan.notes
     assert "distributed_epoch" in data.explain(there)
-    assert data.plan_of(here).names == [n for n in plan.names if n != "service"]
+    assert data.plan_of(here).names == [n for n in plan.names if n not in ("service", "splits")]
 
 
 def test_every_example_once_an_epoch_on_one_replica(service):

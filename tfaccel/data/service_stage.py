@@ -132,7 +132,18 @@ def _examples(s) -> int | None:
     if before is None:
         return None
     count = int(before.cardinality())
+    if count == -2 and s.split_rows:  # unknown: rows handed out in chunks (service_splits)
+        repeat = s.config.repeat
+        if repeat is True:
+            return None
+        count = s.split_rows * (repeat or 1)
     return count if count > 0 else None
+
+
+def _loopback(address: str) -> bool:
+    """Whether the dispatcher is on this machine's loopback (its workers too, for `local`)."""
+    host = address.removeprefix("grpc://").rpartition(":")[0].strip("[]")
+    return host in ("localhost", "127.0.0.1", "::1")
 
 
 def offload(s):
@@ -165,8 +176,9 @@ def offload(s):
     inner = tf.data.Options()
     inner.deterministic = s.config.deterministic
     expected = _examples(s)
+    compression = None if _loopback(info.address) else "AUTO"
     s.dataset = s.dataset.with_options(inner).apply(
-        service.distribute(processing_mode=policy, service=info.address)
+        service.distribute(processing_mode=policy, service=info.address, compression=compression)
     )
     if info.mode == "dynamic" and expected:
         from tfaccel.data.service_count import counted
@@ -179,6 +191,7 @@ def offload(s):
         runs_there=stages,
         here="prefetch, distribution to replicas",
         mode=info.mode,
+        compression=compression or "none (loopback: compressing costs the cores it shares)",
     )
     if s.config.cache == "memory":
         s.plan.notes.append(

@@ -20,7 +20,15 @@ from typing import Any
 
 import tensorflow as tf
 
-from tfaccel.data import augment_seeds, fingerprint, finite, global_order, partial, sizing
+from tfaccel.data import (
+    augment_seeds,
+    fingerprint,
+    finite,
+    global_order,
+    partial,
+    service_splits,
+    sizing,
+)
 from tfaccel.data import cache as cache_lib
 from tfaccel.data.elements import AUTOTUNE, is_pair, is_weighted, name, on_pairs, require_pair
 from tfaccel.data.plan import Plan
@@ -74,6 +82,8 @@ class Stream:
         batched: the stream right after `batch`, before `partial.split`.
         elastic: whether this pipeline reads its slice of the global order by index
             (`global_order`): several pipelines whose batches do not depend on their count.
+        split_rows: the rows of the source when it was cut into chunks for the service
+            (`service_splits`: the chunked stream's cardinality is unknown).
     """
 
     config: Config
@@ -93,6 +103,7 @@ class Stream:
     before_batch: tf.data.Dataset = None
     batched: tf.data.Dataset = None
     elastic: bool = False
+    split_rows: int | None = None
 
 
 def check_seed(seed) -> int | None:
@@ -190,6 +201,12 @@ def source_and_shard(s: Stream) -> Stream:
         else:
             dataset = dataset.shard(s.pipelines, s.index)
             s.plan.add("shard", by="elements", pipeline=where)
+    service = s.config.service
+    if service is not None and service.mode == "dynamic" and s.pipelines == 1:
+        dataset, rows = service_splits.chunked(dataset, service.workers)
+        if rows:
+            s.split_rows = int(s.source.cardinality())
+            s.plan.add("splits", by=f"chunks of {rows} rows (strided)", handed_out="per chunk")
     if s.config.training:
         require_pair(dataset.element_spec, "pipeline(training=True)")
     s.dataset = dataset
