@@ -74,6 +74,29 @@ def tf_preprocess(features, label):
 
 
 preprocess = python_preprocess if job == "python" else tf_preprocess
+if workers < 0:  # the doctor on the local pipeline: its sized offload, as JSON
+    train = data.pipeline(
+        data.from_arrays(x, y), batch_size=128, training=True, cache=None,
+        deterministic=False, preprocess=preprocess,
+    )
+    trainer = tfaccel.Trainer(
+        lambda: keras.Sequential([keras.Input((FEATURES,)), keras.layers.Dense(64, "relu"),
+                                  keras.layers.Dense(CLASSES)]),
+        optimizer=lambda: keras.optimizers.Adam(3e-3),
+        loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+    )
+    from tfaccel.doctor import service_fix
+    report = tfaccel.doctor.diagnose(trainer, train, budget_s=20 if epochs > 1 else 5)
+    m = report.measured
+    fixes = [{"action": f.action, "gain": f.gain, "why": f.why} for f in
+             service_fix.service_fixes(m)]
+    worker, consumer = service_fix.rates(m)
+    print(json.dumps({"job": job, "verdict": report.verdict, "fixes": fixes,
+                      "local_workers": service_fix.local_workers(m),
+                      "cluster_workers": service_fix.workers_needed(m),
+                      "worker_rate": worker, "trainer_rate": consumer,
+                      "input_cores": m.input_cores, "trainer_cores": m.trainer_cores}))
+    sys.exit(0)
 service = data.service.local(workers) if workers else None
 try:
     train = data.pipeline(
@@ -129,6 +152,15 @@ def plot(results: dict, path: pathlib.Path) -> None:
         rows = sorted((r for r in results["rows"] if r["job"] == job), key=lambda r: r["workers"])
         workers = [r["workers"] for r in rows]
         ax.plot(workers, [r["speedup_vs_local"] for r in rows], "o-", label=label)
+    doctor = results.get("doctor") or {}
+    if doctor.get("predicted_gain"):
+        ax.plot(
+            [doctor["local_workers"]],
+            [doctor["predicted_gain"]],
+            "kx",
+            markersize=10,
+            label=f"the doctor's prediction for local({doctor['local_workers']})",
+        )
     ax.axhline(1.0, color="gray", linewidth=0.8, linestyle="--")
     ax.set_xticks(range(4), ["local\n(hand-tuned)", "local(1)", "local(2)", "local(3)"])
     ax.set_ylabel("training examples/s ÷ local")
@@ -156,6 +188,15 @@ def main(argv=None) -> int:
     if args.smoke:
         args.examples, args.epochs, args.work, args.workers = 1000, 1, 4, "0,2"
     sizes = [int(k) for k in args.workers.split(",")]
+    doctor = run_one("python", -1, args.examples, args.epochs, args.work, 1200)
+    local_fix = next((f for f in doctor["fixes"] if "service.local(" in f["action"]), None)
+    print(
+        f"doctor: {doctor['verdict']}-bound; "
+        + "; ".join(f"{f['action']} (predicted {f['gain']:.2f}x)" for f in doctor["fixes"]),
+        flush=True,
+    )
+    if local_fix and doctor["local_workers"] not in sizes:
+        sizes.append(doctor["local_workers"])
     rows = []
     for job in ("python", "tfops"):
         for workers in sizes if job == "python" else [k for k in sizes if k in (0, 2)]:
@@ -172,11 +213,21 @@ def main(argv=None) -> int:
         for row in rows:
             if row["job"] == job:
                 row["speedup_vs_local"] = row["examples_per_s"] / base["examples_per_s"]
+    if local_fix:
+        k = doctor["local_workers"]
+        row = next(r for r in rows if r["job"] == "python" and r["workers"] == k)
+        doctor["predicted_gain"] = local_fix["gain"]
+        doctor["measured_gain"] = row["speedup_vs_local"]
+        doctor["error"] = row["speedup_vs_local"] / local_fix["gain"] - 1
+        print(
+            f"doctor's local({k}): predicted {local_fix['gain']:.2f}x, measured "
+            f"{row['speedup_vs_local']:.2f}x ({doctor['error']:+.0%})"
+        )
     if not args.smoke:
         RESULTS.parent.mkdir(exist_ok=True)
         settings = {k: getattr(args, k) for k in ("examples", "epochs", "work")}
         settings["cpus"] = os.cpu_count()
-        results = {"settings": settings, "rows": rows}
+        results = {"settings": settings, "rows": rows, "doctor": doctor}
         RESULTS.write_text(json.dumps(results, indent=2) + "\n")
         plot(results, PLOT)
         print(f"wrote {RESULTS} and {PLOT}")

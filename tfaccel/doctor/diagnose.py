@@ -220,11 +220,13 @@ def _measure(job: _Job, feed: Feed, batch, began, budget_s, rounds):
         grads.seconds(False, cached, 1, 1)
     matmul = peak.MatmulPeak(n=1024) if not gpus else None
     host1, hostn, with_ar, without_ar = [], [], [], []
+    trainer_busy, input_busy = measure.CoresBusy(), measure.CoresBusy()
     ones = int(measure.agree(strategy, min(max(window / t1, 2), 5)))
     longs = 2 if long_n * t1 > window / 2 else 3
     for _ in range(rounds):
         host1 += measure.train_calls(runner, cached, 1, ones)[0]
-        hostn += measure.train_calls(runner, cached, long_n, longs)[0]
+        with trainer_busy:
+            hostn += measure.train_calls(runner, cached, long_n, longs)[0]
         if grads is not None:
             with_ar += grads.seconds(True, cached, long_n, longs)
             without_ar += grads.seconds(False, cached, long_n, longs)
@@ -259,7 +261,8 @@ def _measure(job: _Job, feed: Feed, batch, began, budget_s, rounds):
     if count:
         sub_in = measure.agree(strategy, max(share / (count + 1), MIN_WINDOW_S))
         reads = adopt(iter(feed.repeated().distribute(endless=True)))
-        startup_s, reads_s = measure.read_windows(reads, sub_in, count)
+        with input_busy:
+            startup_s, reads_s = measure.read_windows(reads, sub_in, count)
     if not reads_s:
         why = "no batch within its window" if count else "a batch takes longer than its share"
         unmeasured.append(f"the input alone ({why}; the real step's time stands for it)")
@@ -287,6 +290,8 @@ def _measure(job: _Job, feed: Feed, batch, began, budget_s, rounds):
         call_overhead_s=overhead_s,
         input_s=statistics.median(reads_s) * k,
         plain_input_s=None if plain_s is None else plain_s * k,
+        input_cores=input_busy.cores,
+        trainer_cores=trainer_busy.cores,
         real_s=max(real_s, 1e-9),
         real_wait_s=statistics.median(waits) if waits else None,
         all_reduce_s=all_reduce,

@@ -19,6 +19,26 @@ from tfaccel.train.loop.agreement import agree, is_multi_worker  # noqa: F401 - 
 from tfaccel.train.step.passes import GradientLoops  # noqa: F401 - this module's API
 
 
+class CoresBusy:
+    """Cores this process kept busy (its CPU seconds ÷ wall seconds) over the spans timed
+    with it: `with meter: ...`, any number of times; `cores` is None before any."""
+
+    def __init__(self):
+        self.cpu_s = self.wall_s = 0.0
+
+    def __enter__(self):
+        self._cpu, self._wall = time.process_time(), time.perf_counter()
+        return self
+
+    def __exit__(self, *exc):
+        self.cpu_s += time.process_time() - self._cpu
+        self.wall_s += time.perf_counter() - self._wall
+
+    @property
+    def cores(self) -> float | None:
+        return self.cpu_s / self.wall_s if self.wall_s > 0 else None
+
+
 def train_calls(runner, iterator, steps: int, calls: int) -> tuple[list[float], list]:
     """`calls` back-to-back `runner.train(iterator, steps)`; (wall seconds, LoopResults)."""
     times, results = [], []

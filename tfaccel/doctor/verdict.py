@@ -81,6 +81,8 @@ class Measured:
     input_startup_s: float | None = None  # a fresh iterator's first batch (once an epoch)
     input_speedups: dict | None = None  # the input alone with a fix applied, ÷ as it is
     source_shards: int = 4  # the shards `input_speedups["parallel_source"]` was read in
+    input_cores: float | None = None  # cores busy while the input alone was read
+    trainer_cores: float | None = None  # cores busy while the step ran on cached data
     unmeasured: list = dataclasses.field(default_factory=list)  # named, not guessed
 
     def precision_speedup(self) -> tuple[str, float] | None:
