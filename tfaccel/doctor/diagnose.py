@@ -200,6 +200,10 @@ def _measure(job: _Job, feed: Feed, batch, began, budget_s, rounds):
     t1 = min(measure.train_calls(runner, cached, 1, 2)[0])
     first_times, first_results = measure.train_calls(runner, real, 1, 1)
     real1 = first_times[0]
+    # A second real step: the first pays the pipeline's start-up (a shuffle buffer to
+    # fill, files to open), which an epoch pays once; the second is a step's own cost.
+    second_times, second_results = measure.train_calls(runner, real, 1, 1)
+    real_next = min(second_times[0], real1)
 
     budget = budget_s or DEFAULT_BUDGET_S
     epoch = _epoch_steps(feed, k)
@@ -237,16 +241,16 @@ def _measure(job: _Job, feed: Feed, batch, began, budget_s, rounds):
     # The real step, back to back (the first window drains what the buffers held), at
     # the job's steps per call, fewer where a call would overrun a window; as many
     # windows as its share of the budget holds (at least one).
-    share, per_step = left * SHARES["real"], max(real1, t1)
+    share, per_step = left * SHARES["real"], max(real_next, t1)
     m = max(1, min(job.chosen or long_n, long_n, int(share / WINDOWS / 2 / per_step)))
     m = int(measure.agree(strategy, m))
     count = int(measure.agree(strategy, min(max(int(share / (m * per_step)), 1), WINDOWS)))
     sub = measure.agree(strategy, max(share / count, MIN_WINDOW_S))
     if share >= m * per_step:
         windows = measure.train_windows(runner, real, m, sub, count)
-    else:  # not one more call fits: the first real step stands for it
-        unmeasured.append("the real step beyond its first call (a call exceeds its share)")
-        windows = [(real1, first_results[0].input_wait_s)]
+    else:  # not one more call fits: the second real step stands for it
+        unmeasured.append("the real step beyond its second call (a call exceeds its share)")
+        windows = [(real_next, second_results[0].input_wait_s)]
     steady = windows[1:] or windows
     n = int(measure.agree(strategy, job.chosen or loop_size.choose(overhead_s, step_s)))
     real_s = statistics.median(w[0] for w in steady) - overhead_s / m + overhead_s / n
@@ -256,7 +260,10 @@ def _measure(job: _Job, feed: Feed, batch, began, budget_s, rounds):
     # to back through the same distribution layer as the step — where a batch fits in
     # its share of the budget (a real step's time bounds a batch's).
     share = left * SHARES["input"]
-    count = int(measure.agree(strategy, min(max(int(share / max(real1, 1e-6)) - 1, 0), WINDOWS)))
+    # A fresh iterator pays the start-up again (about the first real step's extra).
+    after_startup = share - max(real1 - real_next, 0.0)
+    count = min(max(int(after_startup / max(real_next, 1e-6)) - 1, 0), WINDOWS)
+    count = int(measure.agree(strategy, count))
     startup_s, reads_s, sub_in = None, [], MIN_WINDOW_S
     if count:
         sub_in = measure.agree(strategy, max(share / (count + 1), MIN_WINDOW_S))
@@ -267,6 +274,8 @@ def _measure(job: _Job, feed: Feed, batch, began, budget_s, rounds):
         why = "no batch within its window" if count else "a batch takes longer than its share"
         unmeasured.append(f"the input alone ({why}; the real step's time stands for it)")
         reads_s = [statistics.median(w[0] for w in steady) / k]
+        if real1 > 2 * real_next:  # what the first real step paid beyond a step
+            startup_s = real1 - real_next
     plain_s = None
     if not isinstance(strategy, type(tf.distribute.get_strategy())) or comm:
         plain = adopt(iter(feed.repeated().dataset))
@@ -277,6 +286,13 @@ def _measure(job: _Job, feed: Feed, batch, began, budget_s, rounds):
     device = "GPU" if gpus else "CPU"
     sample = feed.dataset
     model = runner.model
+    input_s = statistics.median(reads_s) * k
+    # Each epoch's fresh iterator pays its start-up (a shuffle buffer to fill, files to
+    # open) beyond a batch: spread over the epoch's steps, the input and the real step
+    # pay it too (a buffer as large as the data hides the whole epoch's input there).
+    spread = 0.0
+    if startup_s is not None and epoch:
+        spread = max(startup_s - input_s / k, 0.0) / epoch
     measured = rules.Measured(
         batch=batch * k,
         replicas=int(strategy.num_replicas_in_sync),
@@ -288,12 +304,12 @@ def _measure(job: _Job, feed: Feed, batch, began, budget_s, rounds):
         accumulate_steps=k,
         step_s=step_s,
         call_overhead_s=overhead_s,
-        input_s=statistics.median(reads_s) * k,
-        plain_input_s=None if plain_s is None else plain_s * k,
+        input_s=input_s + spread,
+        plain_input_s=None if plain_s is None else plain_s * k + spread,
         input_cores=input_busy.cores,
         trainer_cores=trainer_busy.cores,
-        real_s=max(real_s, 1e-9),
-        real_wait_s=statistics.median(waits) if waits else None,
+        real_s=max(real_s, 1e-9) + spread,
+        real_wait_s=statistics.median(waits) + spread if waits else None,
         all_reduce_s=all_reduce,
         gradient_mb=measure.gradient_bytes(model) / MB,
         cores=machine.cores(),
@@ -303,6 +319,8 @@ def _measure(job: _Job, feed: Feed, batch, began, budget_s, rounds):
         jit_compile=bool(runner.jit_compile),
         gpu_capability=machine.capability(gpus),
         input_startup_s=startup_s,
+        startup_spread_s=spread,
+        epoch_steps=epoch,
     )
     if matmul is not None:
         measured.flops_per_example = peak.training_flops_per_example(model, sample.element_spec[0])

@@ -114,6 +114,11 @@ class Report:
                 f"  a fresh input iterator's first batch: {m.input_startup_s * 1e3:,.1f} ms "
                 "(paid again each epoch a pipeline is re-iterated)"
             )
+        if m.startup_spread_s and m.epoch_steps:
+            lines.append(
+                f"  that start-up spread over an epoch's {m.epoch_steps:,} steps: "
+                f"+{m.startup_spread_s * 1e3:,.2f} ms a step (in the input and real figures)"
+            )
         disagreement = rules.disagreement(m)
         if disagreement:
             lines.append(f"  {disagreement[0].upper()}{disagreement[1:]}.")

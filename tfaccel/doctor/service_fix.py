@@ -114,11 +114,15 @@ def service_fixes(m: Measured) -> list[Fix]:
         f"offload to {k} tf.data service workers on other machines: data.pipeline(..., "
         "service='grpc://HOST:PORT') with `tfaccel data-service worker` on each"
     )
+    keep_up = math.ceil(trainer / worker - 1e-9)
     cluster = _offload_fix(
         m,
         min(k * worker, trainer),
         action,
-        f"{k} worker(s) keep up",
+        f"{k} worker(s) keep up"
+        if k == keep_up
+        else f"{keep_up:,} would keep up; {k} (the most proposed) deliver {k * worker:,.0f}",
         condition=f"with a cluster: this machine's {m.cores} cores cannot host {k} more",
     )
-    return [cluster, _offload_fix(m, rate, local, f"{shared} ({k} would keep up)", unmeasured)]
+    here_fix = _offload_fix(m, rate, local, f"{shared} ({keep_up:,} would keep up)", unmeasured)
+    return [cluster, here_fix]

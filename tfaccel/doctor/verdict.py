@@ -79,6 +79,8 @@ class Measured:
     precision_rates: dict | None = None  # examples/s of the passes per candidate policy
     precision_why: str = ""  # the candidates' reason (one candidate: nothing to measure)
     input_startup_s: float | None = None  # a fresh iterator's first batch (once an epoch)
+    startup_spread_s: float = 0.0  # of input_s and real_s: the start-up spread over an epoch
+    epoch_steps: int | None = None  # steps an epoch holds (None: endless or unknown)
     input_speedups: dict | None = None  # the input alone with a fix applied, ÷ as it is
     source_shards: int = 4  # the shards `input_speedups["parallel_source"]` was read in
     input_cores: float | None = None  # cores busy while the input alone was read
