@@ -309,7 +309,8 @@ def build_parser() -> argparse.ArgumentParser:
         type=int,
         metavar="K",
         help="also run a local tf.data service (a dispatcher and K worker processes) for "
-        "the job; data.pipeline(..., service='auto') uses it (TFACCEL_DATA_SERVICE)",
+        "the job; data.pipeline(..., service='auto') uses it (TFACCEL_DATA_SERVICE), "
+        "numpy_function / py_function preprocessing included",
     )
     launch.add_argument(
         "--startup-timeout",

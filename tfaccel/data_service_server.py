@@ -140,14 +140,18 @@ def _register_waiting_functions() -> None:
 
 
 def _register(line: str) -> None:
-    """Registers one base64 cloudpickle line of functions; says "registered" or "failed"."""
+    """Registers one line of functions (base64 cloudpickle chunks, space-separated: a
+    restarted worker gets every chunk sent so far in one line); says "registered N" or
+    "failed ..."."""
     import base64
 
     import cloudpickle
     from tensorflow.python.ops import script_ops
 
     try:
-        functions = cloudpickle.loads(base64.b64decode(line.strip()))
+        functions = {}
+        for chunk in line.split():
+            functions.update(cloudpickle.loads(base64.b64decode(chunk)))
     except Exception as error:  # said to the client, which raises it
         print(f"failed {type(error).__name__}: {error}".replace("\n", " "), flush=True)
         return

@@ -8,9 +8,11 @@ stops it when the job ends, on Ctrl-C and when the launcher dies. In the script,
 runs the pipeline in the process otherwise, so one script serves both; the service's
 watch ends a job stalled by a dead server (see `tfaccel.data.service_watch`).
 
-Only TensorFlow ops run on these workers: the Python functions of `numpy_function` /
-`py_function` ops reach only the workers of a `local(n)` made in the same process.
-Starting the service imports TensorFlow in the launcher (a few seconds).
+The Python functions of a launched process's `numpy_function` / `py_function` ops reach
+these workers through a relay (`tfaccel.data.service_relay`): a private directory named
+in `TFACCEL_DATA_SERVICE_FUNCTIONS`, watched by a thread of the launcher that hands each
+request to the workers and answers it. Starting the service imports TensorFlow in the
+launcher (a few seconds).
 """
 
 from __future__ import annotations
@@ -27,7 +29,8 @@ def service_for_job(workers: int, err=None):
     """Runs a local tf.data service of `workers` workers for the block; yields it.
 
     Its address is in `os.environ` (so in every process started in the block) under
-    `tfaccel.data.service.ENV`, its worker count under `ENV_WORKERS`.
+    `tfaccel.data.service.ENV`, its worker count under `ENV_WORKERS`, the directory of its
+    function relay under `ENV_FUNCTIONS`.
 
     Raises:
         ValueError: `workers` is not a positive int.
@@ -35,12 +38,13 @@ def service_for_job(workers: int, err=None):
     if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
         raise ValueError(f"--data-workers must be an integer >= 1, got {workers!r}.")
     from tfaccel.data import service
+    from tfaccel.data.service_relay import relay_for
 
     err = err or sys.stderr
-    names = (service.ENV, service.ENV_WORKERS)
+    names = (service.ENV, service.ENV_WORKERS, service.ENV_FUNCTIONS)
     before = {name: os.environ.get(name) for name in names}
-    with service.local(workers) as running:
-        os.environ[names[0]], os.environ[names[1]] = running.address, str(workers)
+    with service.local(workers) as running, relay_for(running) as relay:
+        os.environ.update(zip(names, (running.address, str(workers), relay), strict=True))
         err.write(
             f"[launch] tf.data service: a dispatcher and {workers} worker process(es) at "
             f"{running.address}, in every worker's {names[0]}; data.pipeline(..., "

@@ -25,6 +25,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from typing import Any
 
@@ -38,9 +39,13 @@ MODES = ("dynamic", "static")
 ENV = "TFACCEL_DATA_SERVICE"
 """The environment variable naming the service `tfaccel launch --data-workers` started."""
 ENV_WORKERS = "TFACCEL_DATA_SERVICE_WORKERS"
+ENV_FUNCTIONS = "TFACCEL_DATA_SERVICE_FUNCTIONS"
+"""The launcher's private directory through which launched processes send their Python
+functions to its workers (`tfaccel.data.service_relay`)."""
 
 __all__ = [
     "ENV",
+    "ENV_FUNCTIONS",
     "ENV_WORKERS",
     "MODES",
     "LocalService",
@@ -78,7 +83,9 @@ class LocalService:
     processes: list[subprocess.Popen]
     static_sharding: bool = False
     watch: Any = dataclasses.field(default=None, repr=False)
-    functions_line: str = dataclasses.field(default="", repr=False)
+    functions_lines: list[str] = dataclasses.field(default_factory=list, repr=False)
+    """Every line of functions sent to the workers, in order (`revive` replays them)."""
+    lock: Any = dataclasses.field(default_factory=threading.RLock, repr=False)
 
     def __enter__(self) -> LocalService:
         return self
@@ -118,36 +125,41 @@ class LocalService:
         functions = python_functions(dataset)
         if not functions:
             return 0
-        import base64
+        self.send_functions(encode_functions(functions), timeout_s)
+        return len(functions)
 
-        import cloudpickle
+    def send_functions(self, line: str, timeout_s: float = 60.0) -> int:
+        """Sends one line of functions (`encode_functions`) to every running worker and
+        keeps it for `revive`; returns how many functions the workers registered.
 
-        try:
-            line = base64.b64encode(_dumps(cloudpickle, functions)).decode() + "\n"
-        except Exception as error:
-            raise ServiceError(
-                f"the pipeline's Python functions cannot be sent to the workers: {error}"
-            ) from error
-        self.functions_line = line
-        deadline = time.monotonic() + timeout_s
-        for process in self.worker_processes:
-            if process.poll() is None:
+        Raises:
+            ServiceError: a worker did not take them (its reason), or did not answer.
+        """
+        line = line.strip() + "\n"
+        with self.lock:
+            if line not in self.functions_lines:
+                self.functions_lines.append(line)
+            deadline = time.monotonic() + timeout_s
+            running = [(i, p) for i, p in enumerate(self.worker_processes) if p.poll() is None]
+            for _, process in running:
                 process.stdin.write(line)
                 process.stdin.flush()
-        for index, process in enumerate(self.worker_processes):
-            if process.poll() is None:
+            count = 0
+            for index, process in running:
                 said = _ready_line(process, deadline, f"worker {index}", ("registered", "failed"))
                 if said.startswith("failed"):
                     raise ServiceError(
                         f"worker {index} could not load the pipeline's Python functions: "
                         f"{said.removeprefix('failed ')}"
                     )
-        return len(functions)
+                count = int(said.split()[1])
+            return count
 
     def revive(self, index: int, timeout_s: float = 120.0) -> subprocess.Popen:
         """Starts worker `index` again at its address (after it died), with the pipeline's
-        Python functions registered before it serves; the dispatcher hands it the dead
-        worker's task, which goes on with the epoch's next splits.
+        Python functions (every line sent so far, in order) registered before it serves;
+        the dispatcher hands it the dead worker's task, which goes on with the epoch's
+        next splits.
 
         Call it from a thread that outlives the worker (the watch does): a child dies with
         the thread that started it (`PR_SET_PDEATHSIG`).
@@ -156,14 +168,23 @@ class LocalService:
             ServiceError: the worker did not start in time.
         """
         port = int(self.worker_addresses[index].rsplit(":", 1)[1])
-        old = self.processes[index + 1]
-        process = _start(_worker_command(self.address.removeprefix("grpc://"), port))
-        if self.functions_line:
-            process.stdin.write(self.functions_line)
-            process.stdin.flush()
-        self.processes[index + 1] = process
-        _stop([old], 0.1)
-        _ready_line(process, time.monotonic() + timeout_s, f"worker {index} (restarted)")
+        with self.lock:
+            old = self.processes[index + 1]
+            process = _start(_worker_command(self.address.removeprefix("grpc://"), port))
+            if self.functions_lines:  # one line, read before it serves: every chunk
+                process.stdin.write(" ".join(x.strip() for x in self.functions_lines) + "\n")
+                process.stdin.flush()
+            self.processes[index + 1] = process
+            _stop([old], 0.1)
+            deadline = time.monotonic() + timeout_s
+            what = f"worker {index} (restarted)"
+            answers = (server.READY, "registered", "failed")
+            ready, answered = False, not self.functions_lines
+            while not (ready and answered):  # both lines, in either order
+                if _ready_line(process, deadline, what, answers).startswith(server.READY):
+                    ready = True
+                else:
+                    answered = True
         return process
 
     def close(self, grace_s: float = 5.0) -> None:
@@ -275,6 +296,24 @@ def _start(arguments: list[str]) -> subprocess.Popen:
 
 
 _LOGS: dict = {}  # a server's pid -> its stderr file
+
+
+def encode_functions(functions: dict) -> str:
+    """`functions` (by token) as the one base64 cloudpickle line a worker registers.
+
+    Raises:
+        ServiceError: a function cannot be pickled.
+    """
+    import base64
+
+    import cloudpickle
+
+    try:
+        return base64.b64encode(_dumps(cloudpickle, functions)).decode() + "\n"
+    except Exception as error:
+        raise ServiceError(
+            f"the pipeline's Python functions cannot be sent to the workers: {error}"
+        ) from error
 
 
 def _dumps(cloudpickle, functions: dict) -> bytes:

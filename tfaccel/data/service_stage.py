@@ -146,6 +146,25 @@ def _loopback(address: str) -> bool:
     return host in ("localhost", "127.0.0.1", "::1")
 
 
+def _share_remote(s, address: str) -> None:
+    """The Python functions of a pipeline for a service not made here: through the
+    launcher's relay (`tfaccel launch --data-workers`), else said (workers elsewhere lack
+    them, unless they run in this process)."""
+    from tfaccel.data.service_relay import share_launched
+
+    if share_launched(s.dataset, address) is None:
+        note = (
+            "service: the pipeline's numpy_function / py_function ops run Python of this "
+            f"process; the workers at {address} do not have it (unless they run in this "
+            "process), so their read fails with 'Could not find callback': use "
+            "data.service.local(n) or `tfaccel launch --data-workers`, or TensorFlow ops"
+        )
+        s.plan.notes.append(note)
+        import warnings
+
+        warnings.warn(note.removeprefix("service: "), stacklevel=4)
+
+
 def offload(s):
     """Sends the stream built so far to the service's workers (a `stages.Stream`)."""
     info = s.config.service
@@ -173,6 +192,8 @@ def offload(s):
         policy = service.ShardingPolicy.FILE_OR_DATA
     if info.local is not None:  # its workers run this process's Python functions
         info.local.share_functions(s.dataset)
+    else:
+        _share_remote(s, info.address)
     inner = tf.data.Options()
     inner.deterministic = s.config.deterministic
     expected = _examples(s)
