@@ -55,7 +55,7 @@ def test_measured_cores_size_the_local_pool():
     assert service_fix.here_rate(m) == pytest.approx(2 / cost)
     assert service_fix.local_workers(m) == 2
     _, here = service_fix.service_fixes(m)
-    assert here.condition is None and "1.0 core(s) busy" in here.why
+    assert "after the in-process fixes" in here.condition and "1.0 core(s) busy" in here.why
 
 
 def test_a_pipeline_already_on_every_core_gains_nothing_from_local_workers():

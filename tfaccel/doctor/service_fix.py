@@ -97,7 +97,11 @@ def service_fixes(m: Measured) -> list[Fix]:
     worker, trainer = rates(m)
     k, here = workers_needed(m), local_workers(m)
     rate = here_rate(m)
-    unmeasured = None
+    # Ranked after the in-process fixes (a service is more to run), and said when unsure.
+    unmeasured = (
+        "after the in-process fixes above: workers add processes and a copy of every batch, "
+        "and a generator source cannot be split among them"
+    )
     if m.input_cores is None:
         unmeasured = (
             "if the pipeline is Python-bound (a worker process has its own GIL); TF ops "
