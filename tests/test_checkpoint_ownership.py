@@ -50,8 +50,18 @@ def fit(directory, epochs=1, trainer=None, **kwargs):
 
 
 def digests(directory):
+    """Each file's digest; the lock's without its "refreshed" time, which the holder's
+    heartbeat moves every `STALE_AFTER / 10` s (a second run on a busy host may outlast it)."""
+
+    def content(p):
+        if p.name != lock.NAME:
+            return p.read_bytes()
+        record = json.loads(p.read_text())
+        record.pop("refreshed", None)
+        return json.dumps(record, sort_keys=True).encode()
+
     return {
-        p.name: hashlib.md5(p.read_bytes()).hexdigest()
+        p.name: hashlib.md5(content(p)).hexdigest()
         for p in sorted(pathlib.Path(directory).iterdir())
         if p.is_file()
     }

@@ -6,6 +6,7 @@ step N - 2) and waits, at most `--wait` seconds, until the file `<ckpt>.go` exis
 
 import argparse
 import pathlib
+import threading
 import time
 
 import keras
@@ -23,6 +24,9 @@ class Pause(keras.callbacks.Callback):
     def on_train_batch_end(self, batch, logs=None):
         if int(self.model.optimizer.iterations.numpy()) != self.step:
             return
+        for thread in threading.enumerate():  # the save in flight ends before "ready"
+            if thread.name.startswith("tfaccel-save"):
+                thread.join()
         self.ready.write_text("ready")
         deadline = time.monotonic() + self.wait
         while not self.go.exists() and time.monotonic() < deadline:
