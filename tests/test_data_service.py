@@ -149,6 +149,7 @@ def test_the_plan_says_what_runs_where(service):
     assert plan.step("splits").settings["by"] == "chunks of 2 rows (strided)"
     assert step.settings["here"] == "prefetch, distribution to replicas"
     assert step.settings["mode"] == "dynamic"
+    assert step.settings["compression"].startswith("none (loopback")  # local: not compressed
     assert RESUME_NOTE in plan.notes
     assert "distributed_epoch" in data.explain(there)
     assert data.plan_of(here).names == [n for n in plan.names if n not in ("service", "splits")]
