@@ -98,12 +98,12 @@ def service_fixes(m: Measured) -> list[Fix]:
     k, here = workers_needed(m), local_workers(m)
     rate = here_rate(m)
     # Ranked after the in-process fixes (a service is more to run), and said when unsure.
-    unmeasured = (
+    condition = (
         "after the in-process fixes above: workers add processes and a copy of every batch, "
         "and a generator source cannot be split among them"
     )
     if m.input_cores is None:
-        unmeasured = (
+        condition = (
             "if the pipeline is Python-bound (a worker process has its own GIL); TF ops "
             "already use every core in one process"
         )
@@ -113,7 +113,7 @@ def service_fixes(m: Measured) -> list[Fix]:
     )
     local = f"data.pipeline(..., service=data.service.local({here}))"
     if rate >= trainer * (1 - 1e-9):
-        return [_offload_fix(m, rate, local, f"{here} worker(s) here keep up", unmeasured)]
+        return [_offload_fix(m, rate, local, f"{here} worker(s) here keep up", condition)]
     action = (
         f"offload to {k} tf.data service workers on other machines: data.pipeline(..., "
         "service='grpc://HOST:PORT') with `tfaccel data-service worker` on each"
@@ -128,5 +128,5 @@ def service_fixes(m: Measured) -> list[Fix]:
         else f"{keep_up:,} would keep up; {k} (the most proposed) deliver {k * worker:,.0f}",
         condition=f"with a cluster: this machine's {m.cores} cores cannot host {k} more",
     )
-    here_fix = _offload_fix(m, rate, local, f"{shared} ({keep_up:,} would keep up)", unmeasured)
+    here_fix = _offload_fix(m, rate, local, f"{shared} ({keep_up:,} would keep up)", condition)
     return [cluster, here_fix]
