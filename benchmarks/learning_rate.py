@@ -223,8 +223,7 @@ def seeded_times(job: dict, first: dict, target: float) -> list[float | None]:
 
 def median_time(times: list[float | None]) -> float | None:
     """The median of the times, a run that never reached the target counting as last."""
-    middle = sorted(times, key=lambda t: math.inf if t is None else t)[len(times) // 2]
-    return middle
+    return sorted(times, key=lambda t: math.inf if t is None else t)[len(times) // 2]
 
 
 def _soonest(run: dict) -> tuple[float, float]:
