@@ -22,8 +22,11 @@ lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 
+# The suite runs on TEST_WORKERS processes (pytest-xdist), each test file in one of them.
+TEST_WORKERS ?= 2
+
 test: lint
-	$(BIN)/python -m pytest -q --durations=15
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile --durations=15
 
 # The documentation site (mkdocs.yml, docs/): --strict fails on a broken link or reference.
 docs: $(STAMP)

@@ -22,13 +22,34 @@ def mirrored():
     return devices.strategy("mirrored", devices=CPUS)
 
 
-def pytest_terminal_summary(terminalreporter):
-    """One line on the iterator reaper over the whole run (issue: its backlog)."""
+def _reaper_stats() -> dict:
     from tfaccel.train.step import iterators
 
-    s = iterators.stats()
+    return iterators.stats()
+
+
+def pytest_sessionfinish(session):
+    """Under pytest-xdist, a worker hands its reaper figures to the controller."""
+    if hasattr(session.config, "workeroutput"):
+        session.config.workeroutput["reaper"] = _reaper_stats()
+
+
+def pytest_testnodedown(node, error):
+    """The controller keeps each worker's reaper figures (pytest-xdist)."""
+    stats = getattr(node, "workeroutput", {}).get("reaper")
+    if stats is not None:
+        node.config._reaper_stats = [*getattr(node.config, "_reaper_stats", []), stats]
+
+
+def pytest_terminal_summary(terminalreporter, config):
+    """One line on the iterator reaper over the whole run, every worker's summed."""
+    runs = getattr(config, "_reaper_stats", None) or [_reaper_stats()]
+    total = {key: sum(s[key] for s in runs) for key in ("adopted", "freed", "pending")}
+    most = max(s["most_pending"] for s in runs)
+    longest = max(s["longest_free_s"] for s in runs)
+    workers = f" ({len(runs)} workers)" if len(runs) > 1 else ""
     terminalreporter.write_line(
-        f"iterator reaper: {s['adopted']} adopted, {s['freed']} freed, {s['pending']} pending "
-        f"at the end, at most {s['most_pending']} pending at once, the longest deletion "
-        f"{s['longest_free_s']:.2f} s"
+        f"iterator reaper{workers}: {total['adopted']} adopted, {total['freed']} freed, "
+        f"{total['pending']} pending at the end, at most {most} pending at once, the longest "
+        f"deletion {longest:.2f} s"
     )
