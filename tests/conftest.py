@@ -34,11 +34,19 @@ def pytest_sessionfinish(session):
         session.config.workeroutput["reaper"] = _reaper_stats()
 
 
-def pytest_testnodedown(node, error):
-    """The controller keeps each worker's reaper figures (pytest-xdist)."""
-    stats = getattr(node, "workeroutput", {}).get("reaper")
-    if stats is not None:
-        node.config._reaper_stats = [*getattr(node.config, "_reaper_stats", []), stats]
+class _WorkerFigures:
+    """The controller keeps each worker's reaper figures (a pytest-xdist hook)."""
+
+    @staticmethod
+    def pytest_testnodedown(node, error):
+        stats = getattr(node, "workeroutput", {}).get("reaper")
+        if stats is not None:
+            node.config._reaper_stats = [*getattr(node.config, "_reaper_stats", []), stats]
+
+
+def pytest_configure(config):
+    if config.pluginmanager.hasplugin("xdist"):  # the suite also runs without it
+        config.pluginmanager.register(_WorkerFigures())
 
 
 def pytest_terminal_summary(terminalreporter, config):
