@@ -27,6 +27,9 @@ rate's time on every job; the steepest rule is reported beside it (ours no worse
 job, better on at least one); the finder costs at most 5 % of the job (its seconds over
 the best run's training seconds, its first step included).
 
+Each pick's ratio comes with a bootstrap 90 % interval over the seeds (`ratio_interval`;
+`--intervals` adds them to stored results without training).
+
 Writes `benchmarks/results/learning_rate.json` and `learning_rate.png` (each job's
 finder curve with the two picks and the sweep's best rate; `--quick`: `.quick.` files).
 
@@ -37,6 +40,7 @@ Run: `python benchmarks/learning_rate.py [--quick] [--jobs digits_mlp cifar_cnn 
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import pathlib
 import sys
@@ -328,6 +332,32 @@ def _text(pick: dict) -> str:
     return f"{rate:.3g} ({'never reached' if ratio is None else f'{ratio:.2f}x'})"
 
 
+def ratio_interval(times: list | None, others: list | None, draws: int = 10_000) -> list | None:
+    """A bootstrap 90 % interval of median(times) / median(others) (None: a run never got there).
+
+    Five seeds a rate leave wide intervals: a ratio whose interval holds 1 does not tell
+    the two rates apart.
+    """
+    if not times or not others or None in times or None in others:
+        return None
+    rng = np.random.default_rng(0)
+
+    def medians(x: list) -> np.ndarray:  # of `draws` resamples of x, with replacement
+        return np.median(rng.choice(np.asarray(x), (draws, len(x))), axis=1)
+
+    return np.percentile(medians(times) / medians(others), [5, 95]).tolist()
+
+
+def add_intervals(results: dict) -> None:
+    """Each pick's 90 % interval against the best rate and, the finder's, against steepest."""
+    for job in results["jobs"].values():
+        for rule in ("finder", "steepest"):
+            job[rule]["interval"] = ratio_interval(job[rule]["times"], job["best_times"])
+        job["finder"]["over_steepest"] = ratio_interval(
+            job["finder"]["times"], job["steepest"]["times"]
+        )
+
+
 def plot(results: dict, path: pathlib.Path) -> None:
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
@@ -356,7 +386,16 @@ def main(argv=None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--quick", action="store_true", help="small data, 1-2 epochs: a check")
     parser.add_argument("--jobs", nargs="*", default=None, help="which jobs (default: all)")
+    parser.add_argument(
+        "--intervals", action="store_true", help="add the intervals to the stored results only"
+    )
     args = parser.parse_args(argv)
+    stem = "learning_rate.quick" if args.quick else "learning_rate"
+    if args.intervals:  # from the stored per-seed times: nothing is trained
+        results = json.loads((RESULTS / f"{stem}.json").read_text())
+        add_intervals(results)
+        (RESULTS / f"{stem}.json").write_text(strict_json.dumps(results, indent=2))
+        return results
     tfaccel.devices.configure()
     table = jobs(args.quick)
     names = args.jobs or list(table)
@@ -375,7 +414,7 @@ def main(argv=None) -> dict:
         },
         "jobs": {name: run_job(name, table[name], args.quick) for name in names},
     }
-    stem = "learning_rate.quick" if args.quick else "learning_rate"
+    add_intervals(results)
     RESULTS.mkdir(exist_ok=True)
     (RESULTS / f"{stem}.json").write_text(strict_json.dumps(results, indent=2))
     plot(results, RESULTS / f"{stem}.png")
