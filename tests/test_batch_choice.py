@@ -64,11 +64,14 @@ def test_the_noise_scale_decides_when_it_is_the_smallest_limit():
         mode="power",
         steps=2,
         optimizer=lambda: keras.optimizers.SGD(0.0),  # the probes keep the weights...
-        noise_warmup=0,  # ...where the exact value is known
+        noise_warmup=1_000,  # ...where the exact value is known (7 steps of 128)
         clock=StepClock(rates, steps=2),
         confirm=False,  # the clock scripts one reading a candidate
+        job_examples=10**7,
     )
     assert report.max_batch_size == 128 and report.limits["throughput knee"] == 128
+    # The note says how early in the job the noise scale was read.
+    assert "warm-up of 896 examples (0.009 % of the job's 10,000,000)" in report.noise_scale_note
     assert report.noise_scale == pytest.approx(exact, rel=0.5)
     # The largest B_simple the estimate supports (two standard errors up), rounded down
     # to the granularity (8): smaller than the knee and memory.

@@ -9,6 +9,9 @@ warmed weights. The warm-up runs at the batch the search would choose but for th
 noise scale (the throughput knee), with the optimizer as given: it gets as far into
 training as its time allows, and a batch past the critical batch gains less per
 example there, so the noise scale it reads stays small and the bound still holds.
+The note gives the warm-up's share of the job (with `job_examples`): on the CIFAR-shaped
+CNN job the noise scale and an equal-time race both favoured batch 32 until about one pass,
+a tenth of that job, and the larger batches after it (`benchmarks/batch_size_signals.py`).
 The batch is bounded by the largest B_simple the estimate supports (`NoiseStep.bound`,
 `noise.upper_limit`); an estimate whose relative standard error reaches `noise.MAX_ERROR`
 supports any, and is reported, not applied (`NoiseStep.reliable`). On a CIFAR-shaped
@@ -180,8 +183,10 @@ def measure(search, limit: TimeLimit, largest: int, knee: int, warmup: int | Non
         del model
         release_memory()
     logger.info("find_batch_size: %s", estimate)
+    job = search.time_limit.job_examples
+    share = f" ({100 * warm_steps * warm_batch / job:.2g} % of the job's {job:,})" if job else ""
     note = (
-        f"after a warm-up of {warm_steps * warm_batch:,} examples at batch {warm_batch}; "
+        f"after a warm-up of {warm_steps * warm_batch:,} examples{share} at batch {warm_batch}; "
         f"{estimate.batches} batches of {big}, {estimate.small_batches} of {small}; "
         f"relative standard error {error_text(estimate.relative_error)}"
     )
