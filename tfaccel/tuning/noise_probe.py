@@ -184,7 +184,7 @@ def measure(search, limit: TimeLimit, largest: int, knee: int, warmup: int | Non
         release_memory()
     logger.info("find_batch_size: %s", estimate)
     job = search.time_limit.job_examples
-    share = f" ({100 * warm_steps * warm_batch / job:.2g} % of the job's {job:,})" if job else ""
+    share = f" ({_percent(warm_steps * warm_batch / job)} of the job's {job:,})" if job else ""
     note = (
         f"after a warm-up of {warm_steps * warm_batch:,} examples{share} at batch {warm_batch}; "
         f"{estimate.batches} batches of {big}, {estimate.small_batches} of {small}; "
@@ -194,3 +194,9 @@ def measure(search, limit: TimeLimit, largest: int, knee: int, warmup: int | Non
         note += f" (from {MAX_ERROR:.0%} on: too noisy to bound the batch, not applied)"
     examples_seen = warm_steps * warm_batch
     return NoiseStep(estimate.b_simple, examples_seen, total, note, estimate.relative_error)
+
+
+def _percent(share: float) -> str:
+    """A share as a percentage: two significant digits below 10 %, whole ones above."""
+    percent = 100 * share
+    return f"{percent:.2g} %" if percent < 10 else f"{percent:.0f} %"
