@@ -22,14 +22,18 @@ lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 
-# `make test TEST_WORKERS=2` runs the suite on two processes (pytest-xdist, each file in
-# one): 27 min of tests here instead of 50, but the doctor's planted-bottleneck tests then
-# time jobs on a CPU the other process loads, and can fail. The default: one process.
-TEST_WORKERS ?= 0
-XDIST := $(if $(filter-out 0,$(TEST_WORKERS)),-n $(TEST_WORKERS) --dist loadfile,)
+# The tests run on TEST_WORKERS processes (pytest-xdist, each file in one; 0: one process,
+# no xdist). Tests marked `alone` time real jobs to name their limit, so they run after
+# the others, in one process, on a CPU no other test loads.
+TEST_WORKERS ?= 2
 
 test: lint
-	$(BIN)/python -m pytest -q $(XDIST) --durations=15
+ifeq ($(TEST_WORKERS),0)
+	$(BIN)/python -m pytest -q --durations=15
+else
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile -m "not alone" --durations=15
+	$(BIN)/python -m pytest -q -m alone
+endif
 
 # The documentation site (mkdocs.yml, docs/): --strict fails on a broken link or reference.
 docs: $(STAMP)

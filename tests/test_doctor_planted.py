@@ -1,7 +1,8 @@
 """The doctor names four planted bottlenecks (benchmarks/doctor.py at toy sizes).
 
 Verdicts only: timings on a shared 2-core machine are too noisy for gain asserts (the
-benchmark measures the gains).
+benchmark measures the gains). The verdicts come from timings too, so these tests are
+marked `alone`: `make test` runs them after the rest, not beside another test process.
 """
 
 from __future__ import annotations
@@ -14,6 +15,8 @@ import pytest
 sys.path.insert(0, str(pathlib.Path(__file__).parents[1] / "benchmarks"))
 
 import doctor as planted  # noqa: E402  (benchmarks/doctor.py)
+
+pytestmark = pytest.mark.alone
 
 
 @pytest.mark.parametrize("job", ["input", "host", "compute"])
