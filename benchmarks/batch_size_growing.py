@@ -60,10 +60,13 @@ class Curve(keras.callbacks.Callback):
         self.began = time.perf_counter()  # the evaluation is not training time
 
 
-def train(job: dict, phases: list[tuple[int, int, float]]) -> dict:
-    """Trains the job through `phases` of (epochs, batch, rate); one model, one optimizer."""
+def train(job: dict, phases: list[tuple[int, int, float]], seed: int = 0) -> dict:
+    """Trains the job through `phases` of (epochs, batch, rate); one model, one optimizer.
+
+    `seed` draws the weights and, with the epoch, each phase's data order.
+    """
     x, y = job["data"]
-    keras.utils.set_random_seed(0)
+    keras.utils.set_random_seed(seed)
     model = job["build"]()
     optimizer = keras.optimizers.Adam(phases[0][2])
     model.compile(optimizer, "sparse_categorical_crossentropy")
@@ -72,7 +75,7 @@ def train(job: dict, phases: list[tuple[int, int, float]]) -> dict:
         optimizer.learning_rate.assign(rate)
         data = (
             tf.data.Dataset.from_tensor_slices((x, y))
-            .shuffle(len(y), seed=done)  # a phase's first epoch is not the last one's order
+            .shuffle(len(y), seed=1000 * seed + done)  # a phase's order is not the last one's
             .batch(batch, drop_remainder=True)
             .prefetch(tf.data.AUTOTUNE)
         )
