@@ -48,10 +48,12 @@ def summarize(runs: dict) -> dict:
     target = float(np.median([last_epoch_mean(r) for r in runs[32]]))
     out = {"target": target, "batches": {}}
     for batch, done in runs.items():
+        if not done:
+            continue
         times = [next((t for t, v in r["curve"] if v >= target), None) for r in done]
         ordered = sorted(times, key=lambda t: np.inf if t is None else t)
         out["batches"][batch] = {"times": times, "median": ordered[len(ordered) // 2]}
-    base = out["batches"][32]["median"]
+    base = out["batches"][32]["median"]  # batch 32's median: the denominator
     for row in out["batches"].values():
         row["ratio"] = None if row["median"] is None or base is None else row["median"] / base
     return out
