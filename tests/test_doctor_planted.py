@@ -32,10 +32,10 @@ def test_the_planted_limit_is_named(job):
         else:
             assert result["no_software_fix"], result["text"]
     else:
-        # A fix for the planted limit, with its predicted gain; how large depends on how
-        # free the cores were while it was measured (1.17-1.2x for the input job with
-        # another process or a lint running; benchmarks/doctor.py measures it alone).
-        assert result["first_fix"] and result["predicted_gain"], result["text"]
+        # A fix for the planted limit that predicts a gain; how large depends on how free
+        # the cores were while it was measured (1.17-1.2x for the input job with another
+        # process or a lint running; benchmarks/doctor.py measures it alone).
+        assert result["first_fix"] and result["predicted_gain"] > 1.0, result["text"]
 
 
 def test_two_one_core_workers_with_a_large_gradient_are_communication_bound():
