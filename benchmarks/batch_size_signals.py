@@ -28,7 +28,7 @@ import keras
 import tensorflow as tf
 
 from tfaccel import strict_json
-from tfaccel.tuning.noise import gradient_noise_scale
+from tfaccel.tuning.batch.noise import gradient_noise_scale
 
 sys.path.insert(0, str(pathlib.Path(__file__).parent))
 

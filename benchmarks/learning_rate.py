@@ -52,7 +52,8 @@ import tensorflow as tf
 
 import tfaccel
 from tfaccel import strict_json
-from tfaccel.tuning import lr_rule, lr_sizing
+from tfaccel.tuning.lr import rule as lr_rule
+from tfaccel.tuning.lr import sizing as lr_sizing
 
 sys.path.insert(0, str(pathlib.Path(__file__).parent))
 sys.path.insert(0, str(pathlib.Path(__file__).parents[1] / "recipes"))

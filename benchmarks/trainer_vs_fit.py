@@ -36,7 +36,7 @@ import tensorflow as tf
 
 import tfaccel
 from tfaccel import strict_json
-from tfaccel.doctor.peak import best_matmul_peak
+from tfaccel.callbacks.peak import best_matmul_peak
 
 RESULTS = pathlib.Path(__file__).parent / "results" / "trainer_vs_fit.json"
 

@@ -122,7 +122,7 @@ def tune_batch_and_rate(run: common.Run, build_model, unbatched, *, loss, optimi
         batch_size=args.batch_size,
         learning_rate=args.learning_rate,
         epochs=None if args.smoke else args.epochs,
-        lr_steps=tfaccel.tuning.lr_rule.MIN_POINTS if args.smoke else 100,
+        lr_steps=tfaccel.tuning.lr.rule.MIN_POINTS if args.smoke else 100,
         verbose=0,
     )
     keras.utils.set_random_seed(args.seed)  # training starts from the seed, as untuned

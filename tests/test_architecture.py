@@ -13,7 +13,7 @@ from tfaccel.train.step.runner_interface import RunnerInterface
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 TOOLS = sorted(
-    [*(ROOT / "tfaccel" / "doctor").glob("*.py"), *(ROOT / "tfaccel" / "tuning").glob("*.py")]
+    [*(ROOT / "tfaccel" / "doctor").rglob("*.py"), *(ROOT / "tfaccel" / "tuning").rglob("*.py")]
 )
 TRAINERS = {"trainer", "target"}  # names (or attributes: self.trainer, job.trainer) of a Trainer
 RUNNERS = {"runner"}

@@ -9,8 +9,8 @@ import pytest
 import tensorflow as tf
 
 from tfaccel import tuning
-from tfaccel.tuning import budget, inputs, noise, noise_probe, time_to_accuracy
-from tfaccel.tuning.report import BatchSizeReport, ProbeRow
+from tfaccel.tuning.batch import budget, inputs, noise, noise_probe, time_to_accuracy
+from tfaccel.tuning.batch.report import BatchSizeReport, ProbeRow
 
 SCE = "sparse_categorical_crossentropy"
 

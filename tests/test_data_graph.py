@@ -1,4 +1,4 @@
-"""`tfaccel.data.graph`, the one reader of tf.data's private attributes, and the layout rules."""
+"""`data.build.graph`, the one reader of tf.data's private attributes, and the layout rules."""
 
 import ast
 import pathlib
@@ -6,7 +6,8 @@ import pathlib
 import pytest
 import tensorflow as tf
 
-from tfaccel.data import augment_seeds, graph
+from tfaccel.data.build import graph
+from tfaccel.data.order import augment_seeds
 
 PACKAGE = pathlib.Path(__file__).resolve().parent.parent / "tfaccel"
 
@@ -18,7 +19,7 @@ def test_only_graph_reads_tf_datas_private_attributes():
         for name in ("_input_dataset", "_drop_remainder", "_map_func")
         if name in path.read_text()
     }
-    assert readers == {"data/graph.py"}
+    assert readers == {"data/build/graph.py"}
 
 
 def test_chain_is_newest_first_back_to_the_source():

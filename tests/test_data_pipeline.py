@@ -9,7 +9,7 @@ import tensorflow as tf
 from PIL import Image
 
 from tfaccel import data
-from tfaccel.data import partial
+from tfaccel.data.order import partial
 
 N = 40
 

@@ -26,7 +26,7 @@ import tensorflow as tf
 import tfaccel
 from tfaccel import data
 from tfaccel.data import service as service_lib
-from tfaccel.data.service_stage import RESUME_NOTE
+from tfaccel.data.service.stage import RESUME_NOTE
 
 GUARD_S = 120
 

@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from tfaccel.data.service_watch import STALL_STATUS
+from tfaccel.data.service.watch import STALL_STATUS
 
 GUARD_S = 240
 
@@ -108,13 +108,13 @@ _WORK_DIR_JOB = textwrap.dedent(
     import numpy as np
     import tensorflow as tf
     from tfaccel import data
-    from tfaccel.launch import _die_with_parent, free_ports
+    from tfaccel.launcher.processes import die_with_parent, free_ports
 
     def start(*arguments):  # `tfaccel data-service ...`, its ready line awaited
         process = subprocess.Popen(
             [sys.executable, "-m", "tfaccel", "data-service", *arguments, "--quiet"],
             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
-            start_new_session=True, preexec_fn=_die_with_parent)  # even if the job is killed
+            start_new_session=True, preexec_fn=die_with_parent)  # even if the job is killed
         assert process.stdout.readline().startswith("tfaccel data-service ready:")
         return process
 

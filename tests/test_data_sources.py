@@ -195,7 +195,8 @@ def test_from_csv_accepts_what_the_reader_accepts(tmp_path):
     ids=["empties_and_dates", "specials", "vocabulary", "empty_string", "near_numbers", "quoted"],
 )
 def test_from_csv_fast_scan_agrees_with_the_row_by_row_check(tmp_path, text, vocabulary):
-    from tfaccel.data import csv_rules, sources
+    from tfaccel.data import sources
+    from tfaccel.data.sources import csv_rules
 
     path = tmp_path / "t.csv"
     path.write_text(text)
@@ -374,7 +375,7 @@ def test_from_csv_served_from_its_check_equals_the_streamed_file(
     tmp_path, monkeypatch, missing, int_blank, from_memory
 ):
     # Read once (the check's decoding) or streamed by CsvDataset: the same elements.
-    from tfaccel.data import csv_source as sources
+    from tfaccel.data.sources import csv_table as sources
 
     path = tmp_path / "mixed.csv"
     path.write_text(_MIXED.format(blank="" if int_blank else "2"))

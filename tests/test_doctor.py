@@ -10,6 +10,7 @@ import pytest
 import tensorflow as tf
 
 import tfaccel
+from tfaccel.doctor import fix_rules
 from tfaccel.doctor import verdict as rules
 
 
@@ -79,16 +80,16 @@ def test_fixes_come_with_predicted_gains():
         real_wait_s=0.05,
         pipeline=[("TensorSlice", None), ("Map", 1), ("Batch", None)],
     )
-    fixes = rules.fixes(slow_input)
+    fixes = fix_rules.fixes(slow_input)
     assert "num_parallel_calls" in fixes[0].action and fixes[0].gain > 1.3
     assert fixes[-1].condition  # the cache is ranked after the unconditional fixes
-    host = rules.fixes(measured(step_s=0.0001, call_overhead_s=0.002, steps_per_loop=1))
+    host = fix_rules.fixes(measured(step_s=0.0001, call_overhead_s=0.002, steps_per_loop=1))
     assert host[0].stage == "host" and "steps_per_loop" in host[0].action and host[0].gain > 2
-    comm = rules.fixes(measured(replicas=2, all_reduce_s=0.008))
+    comm = fix_rules.fixes(measured(replicas=2, all_reduce_s=0.008))
     assert "accumulate_steps=" in comm[0].action and comm[0].gain > 1.3
-    assert rules.accumulation_for(measured(replicas=2, all_reduce_s=0.008)) >= 2
+    assert fix_rules.accumulation_for(measured(replicas=2, all_reduce_s=0.008)) >= 2
     # 64 × 1 MFLOP / 10 ms = 6.4 GFLOP/s against a 10 GFLOP/s peak: nothing to gain.
-    near_peak = rules.fixes(measured())
+    near_peak = fix_rules.fixes(measured())
     assert near_peak[0].software is False and "64%" in near_peak[0].why
 
 
@@ -101,7 +102,7 @@ def test_input_fixes_use_their_measured_speedups_and_are_sorted_by_gain():
         input_speedups={"parallel_source": 3.0, "parallel_map": 1.2},
         source_shards=8,
     )
-    fixes = [f for f in rules.fixes(m) if f.stage == "input"]
+    fixes = [f for f in fix_rules.fixes(m) if f.stage == "input"]
     unconditional = [f for f in fixes if f.condition is None]
     gains = [f.gain for f in unconditional]
     assert gains == sorted(gains, reverse=True)
@@ -115,7 +116,7 @@ def test_input_fixes_use_their_measured_speedups_and_are_sorted_by_gain():
 
 
 def test_a_fix_already_in_place_is_never_listed():
-    from tfaccel.data import plan
+    from tfaccel.data.build import plan
 
     x = np.zeros((64, 4), np.float32)
     y = np.zeros(64, np.int64)
@@ -126,7 +127,7 @@ def test_a_fix_already_in_place_is_never_listed():
     assert stages[-1][0] == "Options" and plan.missing(stages) == []
     m = measured(input_s=0.05, real_s=0.05, real_wait_s=0.045, pipeline=stages)
     assert rules.verdict(m) == "input"
-    actions = " ".join(f.action for f in rules.fixes(m))
+    actions = " ".join(f.action for f in fix_rules.fixes(m))
     assert "prefetch" not in actions and "num_parallel_calls=tf.data.AUTOTUNE)" not in actions
     assert "cache()" not in actions and "faster source" in actions
 
@@ -147,7 +148,7 @@ def test_explain_names_what_a_foreign_pipeline_lacks():
 
 
 def test_only_a_map_that_runs_on_one_core_is_called_sequential():
-    from tfaccel.data.plan import graph_stages
+    from tfaccel.data.build.plan import graph_stages
 
     x = tf.data.Dataset.from_tensor_slices(np.zeros((8, 4), np.float32))
     stateless = x.map(tf.sin)  # tf.data's map_parallelization runs it in parallel
@@ -250,31 +251,31 @@ def test_a_measured_gain_over_the_threshold_is_listed_whatever_the_verdict(stage
     }[stage]
     m = measured(xla_speedup=1.24, **timings)
     assert rules.verdict(m) == stage
-    jit = [f for f in rules.fixes(m) if "jit_compile" in f.action]
+    jit = [f for f in fix_rules.fixes(m) if "jit_compile" in f.action]
     assert len(jit) == 1 and jit[0].measured == 1.24
     assert rules.worth_listing(jit[0])
     for below in (1.0, rules.MIN_GAIN - 0.001):
         m = measured(xla_speedup=below, **timings)
-        assert not any("jit_compile" in f.action for f in rules.fixes(m))
+        assert not any("jit_compile" in f.action for f in fix_rules.fixes(m))
 
 
 def test_a_measured_precision_gain_is_a_ranked_compute_fix():
     faster = measured(precision_rates={"float32": 100.0, "mixed_bfloat16": 240.0}, step_s=0.2)
     assert rules.verdict(faster) == "compute"
-    fix = rules.fixes(faster)[0]
+    fix = fix_rules.fixes(faster)[0]
     assert 'precision="auto"' in fix.action and "mixed_bfloat16" in fix.action
     assert fix.measured == pytest.approx(2.4) and fix.gain > 1.5 and "2.40x" in fix.why
     slower = measured(precision_rates={"float32": 100.0, "mixed_bfloat16": 103.0}, step_s=0.2)
-    assert not any("precision" in f.action for f in rules.fixes(slower))
+    assert not any("precision" in f.action for f in fix_rules.fixes(slower))
 
 
 def test_no_software_fix_only_after_precision_was_measured_and_lost():
     near_peak = dict(step_s=0.2, flops_per_example=1e9, matmul_peak=1e9 * 64 / 0.2 / 0.9)
     lost = measured(precision_rates={"float32": 100.0, "mixed_bfloat16": 90.0}, **near_peak)
-    assert rules.fixes(lost)[0].software is False  # measured, lost: nothing applies
+    assert fix_rules.fixes(lost)[0].software is False  # measured, lost: nothing applies
     won = measured(precision_rates={"float32": 100.0, "mixed_bfloat16": 300.0}, **near_peak)
-    assert all(f.software for f in rules.fixes(won))
-    assert "precision" in rules.fixes(won)[0].action
+    assert all(f.software for f in fix_rules.fixes(won))
+    assert "precision" in fix_rules.fixes(won)[0].action
 
 
 def test_the_doctor_times_each_precision_the_hardware_offers(monkeypatch):
@@ -296,14 +297,16 @@ def test_the_doctor_times_each_precision_the_hardware_offers(monkeypatch):
 
 
 def test_a_measured_xla_gain_becomes_the_first_compute_fix():
-    faster = rules.fixes(measured(xla_speedup=2.0))
+    faster = fix_rules.fixes(measured(xla_speedup=2.0))
     assert "jit_compile=True" in faster[0].action and faster[0].gain > 1.5
     assert "2.00x" in faster[0].why
-    slower = rules.fixes(measured(xla_speedup=0.5))  # measured slower: not offered
+    slower = fix_rules.fixes(measured(xla_speedup=0.5))  # measured slower: not offered
     assert not any("jit_compile" in f.action for f in slower)
     gpu = dict(device="GPU", matmul_peak=None, flops_per_example=None)
-    assert any("jit_compile" in f.action for f in rules.fixes(measured(**gpu)))  # unmeasured
-    assert not any("jit_compile" in f.action for f in rules.fixes(measured(xla_speedup=0.9, **gpu)))
+    assert any("jit_compile" in f.action for f in fix_rules.fixes(measured(**gpu)))  # unmeasured
+    assert not any(
+        "jit_compile" in f.action for f in fix_rules.fixes(measured(xla_speedup=0.9, **gpu))
+    )
 
 
 def test_a_compiled_model_is_diagnosed_in_place():

@@ -3,7 +3,7 @@
 import pytest
 from test_doctor import measured
 
-from tfaccel.doctor import service_fix
+from tfaccel.doctor import fix_rules, service_fix
 from tfaccel.doctor import verdict as rules
 
 PIPELINE = [("TensorSlice", None), ("ParallelMap", -1), ("Batch", None), ("Prefetch", None)]
@@ -43,7 +43,7 @@ def test_a_small_machine_is_told_the_cluster_it_needs_and_what_its_cores_reach()
     assert here.gain == pytest.approx(
         rules.modelled_step_s(m) / rules.modelled_step_s(m, t_in=64 / rate, prefetch=True)
     )
-    assert any(f.action == cluster.action for f in rules.fixes(m))
+    assert any(f.action == cluster.action for f in fix_rules.fixes(m))
 
 
 def test_measured_cores_size_the_local_pool():
@@ -61,7 +61,7 @@ def test_measured_cores_size_the_local_pool():
 def test_a_pipeline_already_on_every_core_gains_nothing_from_local_workers():
     m = input_bound(cores=2, input_cores=2.0, trainer_cores=1.0)
     assert service_fix.here_rate(m) < 64 / 0.035  # slower than the pipeline in-process
-    fixes = rules.fixes(m)
+    fixes = fix_rules.fixes(m)
     assert not any("local(" in f.action for f in fixes)
     assert any("offload to 4" in f.action for f in fixes)  # other machines' cores do help
 

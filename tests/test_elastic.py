@@ -13,8 +13,8 @@ import tensorflow as tf
 from run_compare import assert_same_run
 
 import tfaccel
-from tfaccel.data import global_order
-from tfaccel.data.feed import Feed
+from tfaccel.data.build.feed import Feed
+from tfaccel.data.order import global_order
 from tfaccel.errors import CheckpointMismatchError
 from tfaccel.train.state import checkpoint
 

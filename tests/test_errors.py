@@ -14,12 +14,12 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 
 # Where users import each class from (besides tfaccel.errors).
 PATHS = {
-    "CacheBusyWarning": ["tfaccel.data", "tfaccel.data.cache"],
-    "CacheMismatchError": ["tfaccel.data", "tfaccel.data.cache"],
-    "CacheMismatchWarning": ["tfaccel.data", "tfaccel.data.cache"],
-    "StaleCacheWarning": ["tfaccel.data", "tfaccel.data.cache"],
+    "CacheBusyWarning": ["tfaccel.data", "tfaccel.data.build.cache"],
+    "CacheMismatchError": ["tfaccel.data", "tfaccel.data.build.cache"],
+    "CacheMismatchWarning": ["tfaccel.data", "tfaccel.data.build.cache"],
+    "StaleCacheWarning": ["tfaccel.data", "tfaccel.data.build.cache"],
     "ServiceError": ["tfaccel.data.service"],
-    "PortInUseError": ["tfaccel.data.service", "tfaccel.data_service_server"],
+    "PortInUseError": ["tfaccel.data.service", "tfaccel.data.service.server"],
     "CheckFailed": ["tfaccel.check", "tfaccel.checks"],
     "Skip": ["tfaccel.check", "tfaccel.checks"],
     "CheckpointCorruptError": ["tfaccel", "tfaccel.train", "tfaccel.train.state.checkpoint"],
@@ -30,8 +30,8 @@ PATHS = {
     "DeviceConfigError": ["tfaccel", "tfaccel.devices", "tfaccel.cluster"],
     "ClusterMismatchWarning": ["tfaccel.cluster"],
     "SlurmAllocationWarning": ["tfaccel.cluster"],
-    "PeersMissingError": ["tfaccel.rendezvous"],
-    "NoBatchSizeFitsError": ["tfaccel.tuning", "tfaccel.tuning.search"],
+    "PeersMissingError": ["tfaccel.launcher.rendezvous"],
+    "NoBatchSizeFitsError": ["tfaccel.tuning", "tfaccel.tuning.batch.search"],
     "LRScalingWarning": ["tfaccel.tuning.scaling"],
     "SplitError": ["tfaccel.parallel", "tfaccel.parallel.split"],
 }

@@ -6,7 +6,7 @@ import pytest
 from oom_layer import OOMAbove
 
 from tfaccel import tuning
-from tfaccel.tuning.report import ProbeRow
+from tfaccel.tuning.batch.report import ProbeRow
 
 SCE = "sparse_categorical_crossentropy"
 X = np.random.default_rng(0).random((2048, 8)).astype("float32")

@@ -254,7 +254,7 @@ def test_docs_model_fit_script_runs_on_two_workers(tmp_path):
     assert len(evaluated) == 2 and min(map(float, evaluated)) > 0.6  # the user's model, trained
 
 
-# -- elastic: a run saved on N workers resumes on M (tfaccel.data.global_order) -----------------
+# -- elastic: a run saved on N workers resumes on M (data.order.global_order) ---------------------
 
 
 def test_two_workers_killed_resume_on_one_then_on_two_exactly(tmp_path, two_workers):

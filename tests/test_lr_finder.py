@@ -12,7 +12,7 @@ import tensorflow as tf
 
 import tfaccel
 from tfaccel import tuning
-from tfaccel.tuning import lr_rule
+from tfaccel.tuning.lr import rule as lr_rule
 
 RATES = np.logspace(-6, 0, 100)
 LOG = np.log10(RATES)

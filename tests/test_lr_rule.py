@@ -6,7 +6,7 @@ import pathlib
 import numpy as np
 import pytest
 
-from tfaccel.tuning import lr_rule
+from tfaccel.tuning.lr import rule as lr_rule
 
 RATES = np.logspace(-6, 0, 100)
 LOG = np.log10(RATES)

@@ -9,7 +9,8 @@ import pytest
 import tensorflow as tf
 
 from tfaccel import tuning
-from tfaccel.tuning import joint, lr_sizing
+from tfaccel.tuning import joint
+from tfaccel.tuning.lr import sizing as lr_sizing
 
 X = np.random.default_rng(1).normal(size=(512, 8)).astype("float32")
 Y = (X[:, :4].sum(axis=1) > 0).astype("int32")

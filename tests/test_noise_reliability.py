@@ -9,8 +9,8 @@ import pytest
 import tensorflow as tf
 
 from tfaccel import tuning
-from tfaccel.tuning import noise, noise_probe
-from tfaccel.tuning.report import BatchSizeReport
+from tfaccel.tuning.batch import noise, noise_probe
+from tfaccel.tuning.batch.report import BatchSizeReport
 
 RATES = {8: 100.0, 16: 200.0, 32: 400.0, 64: 800.0, 128: 1600.0}  # no knee below 128
 

@@ -1,4 +1,4 @@
-"""`tfaccel.data.service_relay`: a launched process's Python functions reach the
+"""`tfaccel.data.service.relay`: a launched process's Python functions reach the
 launcher's workers (answered, failed, unanswered; private files, none left), and a
 restarted worker gets every line of functions sent before it died."""
 
@@ -17,7 +17,7 @@ from test_data_service import guarded
 
 from tfaccel import data
 from tfaccel.data import service as service_lib
-from tfaccel.data import service_relay as relay_lib
+from tfaccel.data.service import relay as relay_lib
 
 
 class _Workers:

@@ -3,7 +3,7 @@
 import numpy as np
 import tensorflow as tf
 
-from tfaccel.data import service_splits
+from tfaccel.data.service import splits as service_splits
 
 
 def test_chunk_size_keeps_sixteen_splits_per_worker_and_a_ceiling():

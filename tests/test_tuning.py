@@ -15,7 +15,7 @@ from sklearn.datasets import load_digits
 
 import tfaccel
 from tfaccel import cli, tuning
-from tfaccel.tuning.report import knee_batch_size
+from tfaccel.tuning.batch.report import knee_batch_size
 
 SCE = "sparse_categorical_crossentropy"
 RNG = np.random.default_rng(0)
@@ -273,7 +273,7 @@ def test_effective_batch_that_does_not_fit_is_reached_by_accumulation():
 
 
 def test_accumulation_for_keeps_each_batch_whole_and_divisible_by_the_replicas():
-    from tfaccel.tuning.search import accumulation_for
+    from tfaccel.tuning.batch.search import accumulation_for
 
     assert accumulation_for(64, 64) == 1
     assert accumulation_for(1000, 96) == 20  # 1000/20 = 50; 8 and 10 give 125 and 100

@@ -130,11 +130,12 @@ def run(
 
 def write_json(results: list[Result], path, seconds: float) -> None:
     """Writes the results with the versions and `tfaccel.devices.describe()`'s report."""
-    import tfaccel
+    from importlib import metadata
+
     from tfaccel import devices, strict_json
 
     document = {
-        "tfaccel": tfaccel.__version__,
+        "tfaccel": metadata.version("tfaccel"),
         "passed": not any(r.status == FAILED for r in results),
         "seconds": seconds,
         "checks": [dataclasses.asdict(r) for r in results],

@@ -101,13 +101,14 @@ class Context:
         """(trainer, last loss, weights) after `STEPS` SGD steps of the tiny job."""
         import keras
 
-        import tfaccel
+        from tfaccel import devices
+        from tfaccel.train import Trainer
 
         if strategy is None:
-            strategy = tfaccel.devices.strategy("default")
+            strategy = devices.strategy("default")
         with warnings.catch_warnings():  # e.g. "mixed_float16 without tensor cores"
             warnings.simplefilter("ignore")
-            trainer = tfaccel.Trainer(
+            trainer = Trainer(
                 self.build,
                 optimizer=lambda: keras.optimizers.SGD(lr),
                 loss="sparse_categorical_crossentropy",
@@ -372,7 +373,8 @@ def check_doctor(ctx: Context) -> Found:
     import keras
     import tensorflow as tf
 
-    import tfaccel
+    from tfaccel import devices, doctor
+    from tfaccel.train import Trainer
 
     def slow(x, y):  # a slow sequential map: 2 ms an example, one at a time
         x = tf.py_function(lambda a: (time.sleep(0.002), a)[1], [x], tf.float32)
@@ -381,14 +383,14 @@ def check_doctor(ctx: Context) -> Found:
 
     x = tf.data.Dataset.from_tensor_slices((ctx.x, ctx.y)).repeat()
     data = x.map(slow).batch(BATCH, drop_remainder=True)
-    trainer = tfaccel.Trainer(
+    trainer = Trainer(
         ctx.build,
         optimizer=lambda: keras.optimizers.SGD(0.1),
         loss="sparse_categorical_crossentropy",
-        strategy=tfaccel.devices.strategy("default"),
+        strategy=devices.strategy("default"),
         steps_per_loop=STEPS,
     )
-    report = tfaccel.doctor.diagnose(trainer, data, budget_s=2, rounds=1)
+    report = doctor.diagnose(trainer, data, budget_s=2, rounds=1)
     first = report.fixes[0].action if report.fixes else "none"
     if report.verdict != "input":
         raise CheckFailed(f"the doctor named {report.verdict!r}, not 'input'; first fix: {first}")

@@ -58,7 +58,7 @@ def _cluster_text(cluster: dict) -> str:
 
 def _launch(args: argparse.Namespace) -> int:
     if getattr(args, "data_workers", None) is not None:  # a local tf.data service
-        from tfaccel.launch_data import service_for_job
+        from tfaccel.data.service.launched import service_for_job
 
         workers, args.data_workers = args.data_workers, None
         if workers < 1:
@@ -203,7 +203,7 @@ def _check(args: argparse.Namespace) -> int:
 
 
 def _data_service(args: argparse.Namespace) -> int:
-    from tfaccel import data_service_server as server
+    from tfaccel.data.service import server
 
     try:
         if args.role == "dispatcher":

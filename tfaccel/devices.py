@@ -22,9 +22,10 @@ from typing import Any
 
 import tensorflow as tf
 
-from tfaccel import cluster, rendezvous, shared_strategy
+from tfaccel import cluster, shared_strategy
 from tfaccel.cluster import read_tf_config
 from tfaccel.errors import DeviceConfigError
+from tfaccel.launcher import rendezvous
 
 __all__ = [
     "GPU",

@@ -35,7 +35,7 @@ restart (its machine gone, on a cluster), the job re-forms with one worker fewer
 ports and `TF_CONFIG`, the restart budget anew — and continues from the last
 checkpoint, down to M workers; each change is announced on stderr ("worker 1 lost;
 continuing on 1 worker(s) from step 340 ..."). A `tfaccel.data` pipeline over rows in
-memory reads one global order (`tfaccel.data.global_order`), so the resumed run is
+memory reads one global order (`tfaccel.data.order.global_order`), so the resumed run is
 exact on the smaller job; other inputs are refused by the Trainer's resume (their
 batches depend on the worker count), never silently replayed or skipped.
 
@@ -54,7 +54,9 @@ import threading
 import time
 
 from tfaccel import strict_json
-from tfaccel.launch_output import Relay
+from tfaccel.launcher.output import Relay
+from tfaccel.launcher.processes import die_with_parent as _die_with_parent
+from tfaccel.launcher.processes import free_ports
 
 TIMEOUT_STATUS = 124
 NOT_FOUND_STATUS = 127
@@ -65,21 +67,6 @@ GRACE_S = 10.0
 RESTART_GRACE_S = 3.0
 STARTUP_TIMEOUT_S = 120.0
 _PORT_POLL_S = 0.5
-_PR_SET_PDEATHSIG = 1  # linux/prctl.h
-
-
-def free_ports(count: int) -> list[int]:
-    """Returns `count` distinct free TCP ports on 127.0.0.1."""
-    sockets = []
-    try:
-        for _ in range(count):
-            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            sock.bind(("127.0.0.1", 0))
-            sockets.append(sock)
-        return [sock.getsockname()[1] for sock in sockets]
-    finally:
-        for sock in sockets:
-            sock.close()
 
 
 def tf_config(ports: list[int], index: int) -> str:
@@ -124,19 +111,6 @@ def _worker_setup(launcher: int, cores: set[int] | None):
             os.sched_setaffinity(0, cores)
 
     return setup
-
-
-def _die_with_parent() -> None:
-    """Linux: SIGKILL this process when its parent dies (`PR_SET_PDEATHSIG`)."""
-    if not sys.platform.startswith("linux"):
-        return
-    import ctypes
-
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-    except (OSError, AttributeError):
-        pass
 
 
 def _signal_group(process: subprocess.Popen, sig: int) -> None:

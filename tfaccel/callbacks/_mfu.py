@@ -21,7 +21,7 @@ def input_spec(model):
 
 def flops_per_example(model) -> float | None:
     """Training FLOPs of one example counted from the model's forward graph (3 × forward)."""
-    from tfaccel.doctor.peak import training_flops_per_example  # no import cycle at load
+    from tfaccel.callbacks.peak import training_flops_per_example  # no import cycle at load
 
     spec = input_spec(model)
     if spec is None:
@@ -31,7 +31,7 @@ def flops_per_example(model) -> float | None:
 
 def measured_peak(model) -> tuple[float, str]:
     """(FLOP/s, dtype): this machine's matmul peak in the model's compute dtype."""
-    from tfaccel.doctor.peak import MatmulPeak
+    from tfaccel.callbacks.peak import MatmulPeak
 
     dtype = getattr(getattr(model, "dtype_policy", None), "compute_dtype", None) or "float32"
     n = 2048 if tf.config.list_logical_devices("GPU") else 1024

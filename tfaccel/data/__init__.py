@@ -7,23 +7,23 @@ Example:
 """
 
 from tfaccel.data import service
-from tfaccel.data.arrays import from_arrays
-from tfaccel.data.bench import benchmark
-from tfaccel.data.cache import (
+from tfaccel.data.build.bench import benchmark
+from tfaccel.data.build.cache import (
     CacheBusyWarning,
     CacheMismatchError,
     CacheMismatchWarning,
     StaleCacheWarning,
 )
-from tfaccel.data.csv_source import from_csv
-from tfaccel.data.feed import Feed
-from tfaccel.data.generators import from_generator
-from tfaccel.data.images import from_image_folder
-from tfaccel.data.label_contract import check
-from tfaccel.data.pipeline import DatasetFn, pipeline
-from tfaccel.data.plan import Plan, Step, explain, graph_ops, plan_of
-from tfaccel.data.tfds_source import from_tfds
-from tfaccel.data.tfrecords import from_tfrecords
+from tfaccel.data.build.feed import Feed
+from tfaccel.data.build.pipeline import DatasetFn, pipeline
+from tfaccel.data.build.plan import Plan, Step, explain, graph_ops, plan_of
+from tfaccel.data.checks.label_contract import check
+from tfaccel.data.sources.arrays import from_arrays
+from tfaccel.data.sources.csv_table import from_csv
+from tfaccel.data.sources.generators import from_generator
+from tfaccel.data.sources.images import from_image_folder
+from tfaccel.data.sources.tfds_split import from_tfds
+from tfaccel.data.sources.tfrecords import from_tfrecords
 
 __all__ = [
     "CacheBusyWarning",

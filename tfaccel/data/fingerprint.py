@@ -29,8 +29,8 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
-from tfaccel.data import graph
-from tfaccel.data.source_info import source_info
+from tfaccel.data.build import graph
+from tfaccel.data.sources.info import source_info
 
 SAMPLE_BYTES = 8 << 20
 FIRST_ELEMENTS = 64

@@ -8,9 +8,9 @@ Example:
 The live counterpart is `tfaccel.callbacks.Bottleneck` (shares of each epoch's time).
 """
 
+from tfaccel.callbacks.peak import matmul_peak, training_flops_per_example
 from tfaccel.doctor.diagnose import diagnose
 from tfaccel.doctor.mfu import Utilisation
-from tfaccel.doctor.peak import matmul_peak, training_flops_per_example
 from tfaccel.doctor.report import Report
 from tfaccel.doctor.service_fix import service_fixes
 from tfaccel.doctor.verdict import Fix, Measured

@@ -9,9 +9,10 @@ import keras
 import tensorflow as tf
 
 from tfaccel import precision
-from tfaccel.data.feed import Feed
-from tfaccel.data.plan import graph_stages, missing
-from tfaccel.doctor import machine, measure, mfu, peak, variants
+from tfaccel.callbacks import peak
+from tfaccel.data.build.feed import Feed
+from tfaccel.data.build.plan import graph_stages, missing
+from tfaccel.doctor import fix_rules, machine, measure, mfu, variants
 from tfaccel.doctor import verdict as rules
 from tfaccel.doctor.report import Report
 from tfaccel.doctor.snapshot import Snapshot
@@ -112,7 +113,7 @@ def diagnose(
     report = Report(
         verdict=rules.verdict(measured),
         measured=measured,
-        fixes=rules.fixes(measured),
+        fixes=fix_rules.fixes(measured),
         notes=notes,
         cost_s=time.perf_counter() - began,
         budget_s=budget,

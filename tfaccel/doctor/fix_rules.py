@@ -6,7 +6,7 @@ the modelled step with a fix) is in `verdict`.
 
 from __future__ import annotations
 
-from tfaccel.data.plan import missing
+from tfaccel.data.build.plan import missing
 from tfaccel.doctor.service_fix import service_fixes
 from tfaccel.doctor.verdict import (
     COMMUNICATION_TARGET,
@@ -22,13 +22,14 @@ from tfaccel.doctor.verdict import (
     effective_input_s,
     memory_fraction,
     parts,
+    verdict,
     worth_listing,
 )
 from tfaccel.train.loop import loop_size
 
 
 def input_fixes(m: Measured) -> list[Fix]:
-    """From what the pipeline lacks (`tfaccel.data.plan.missing`, the words `explain`
+    """From what the pipeline lacks (`tfaccel.data.build.plan.missing`, the words `explain`
     uses), each predicted from its mechanism: parallel reading and parallel maps timed
     with the fix applied to the pipeline's graph (`input_speedups`; else a model: the
     maps on all cores), prefetch overlapping the input with the step, a cache removing
@@ -288,3 +289,27 @@ def largest_batch(m: Measured) -> int | None:
         return None
     per_example = (peak - fixed) / m.batch
     return max(int((MEMORY_FULL * capacity - fixed) / per_example), 0)
+
+
+def fixes(m: Measured) -> list[Fix]:
+    """Fixes for the verdict's stage first (measured ones first, then by predicted gain),
+    then the others worth listing."""
+    found = {
+        "input": input_fixes(m),
+        "host": host_fixes(m),
+        "communication": communication_fixes(m),
+        "compute": compute_fixes(m),
+        "memory": memory_fixes(m),
+    }
+    first = verdict(m)
+    # By predicted gain; conditional ones (a bound that holds only if...) last.
+    ranked = sorted(
+        [f for f in found.pop(first) if f.gain is None or not f.software or worth_listing(f)],
+        key=_rank,
+    )
+    others = [f for fs in found.values() for f in fs if worth_listing(f)]
+    return ranked + sorted(others, key=_rank)
+
+
+def _rank(fix: Fix) -> tuple:
+    return (fix.condition is not None, -(fix.gain or 0.0), fix.measured is None)

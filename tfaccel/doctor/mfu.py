@@ -13,7 +13,7 @@ import dataclasses
 
 import keras
 
-from tfaccel.doctor import peak
+from tfaccel.callbacks import peak
 
 
 @dataclasses.dataclass(frozen=True)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import math
 
+from tfaccel.doctor import fix_rules
 from tfaccel.doctor import verdict as rules
 
 _WORDS = {
@@ -76,7 +77,7 @@ class Report:
                 for k, v in dataclasses.asdict(m).items()
             },
             "compute_fraction_of_peak": rules.compute_fraction_of_peak(m),
-            "largest_batch": rules.largest_batch(m),
+            "largest_batch": fix_rules.largest_batch(m),
             "fixes": [dataclasses.asdict(f) for f in self.fixes],
             "disagreement": rules.disagreement(m),
             "notes": list(self.notes),
@@ -144,7 +145,7 @@ class Report:
         if not mem.get("peak_mb"):
             return f"Memory: {mem.get('what', 'not measured')}"
         fraction = rules.memory_fraction(self.measured)
-        largest = rules.largest_batch(self.measured)
+        largest = fix_rules.largest_batch(self.measured)
         text = (
             f"Memory: peak {mem['peak_mb']:,.0f} MiB of {mem['capacity_mb']:,.0f} MiB "
             f"({fraction:.0%}, {mem.get('what')})"

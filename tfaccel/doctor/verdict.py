@@ -32,7 +32,7 @@ from __future__ import annotations
 import dataclasses
 import math
 
-from tfaccel.data.plan import ends_with_prefetch
+from tfaccel.data.build.plan import ends_with_prefetch
 
 MEMORY_FULL = 0.9  # peak / capacity from which memory is the verdict
 """Peak memory ÷ capacity from which the verdict is memory."""
@@ -215,32 +215,6 @@ def worth_listing(fix: Fix) -> bool:
     return gain is not None and gain >= MIN_GAIN
 
 
-def fixes(m: Measured) -> list[Fix]:
-    """Fixes for the verdict's stage first (measured ones first, then by predicted gain),
-    then the others worth listing."""
-    from tfaccel.doctor import fix_rules  # the rules use this module's arithmetic
-
-    found = {
-        "input": fix_rules.input_fixes(m),
-        "host": fix_rules.host_fixes(m),
-        "communication": fix_rules.communication_fixes(m),
-        "compute": fix_rules.compute_fixes(m),
-        "memory": fix_rules.memory_fixes(m),
-    }
-    first = verdict(m)
-    # By predicted gain; conditional ones (a bound that holds only if...) last.
-    ranked = sorted(
-        [f for f in found.pop(first) if f.gain is None or not f.software or worth_listing(f)],
-        key=_rank,
-    )
-    others = [f for fs in found.values() for f in fs if worth_listing(f)]
-    return ranked + sorted(others, key=_rank)
-
-
-def _rank(fix: Fix) -> tuple:
-    return (fix.condition is not None, -(fix.gain or 0.0), fix.measured is None)
-
-
 def prefetched(m: Measured) -> bool:
     """Whether the input pipeline ends with a prefetch (input overlaps the step)."""
     return ends_with_prefetch(m.pipeline)
@@ -275,6 +249,3 @@ def _input_gain(m: Measured, **after) -> float:
     """The real step measured ÷ the step modelled with an input fix (`after`): where the
     input limits, the real step is the truth the model of the parts may miss."""
     return max(m.real_s, modelled_step_s(m)) / max(modelled_step_s(m, **after), 1e-12)
-
-
-from tfaccel.doctor.fix_rules import accumulation_for, largest_batch  # noqa: E402, F401

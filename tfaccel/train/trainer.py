@@ -19,8 +19,8 @@ import logging
 import keras
 
 from tfaccel import precision, shared_strategy
-from tfaccel.data.feed import Feed, has_static_batch
-from tfaccel.data.label_contract import check as check_labels
+from tfaccel.data.build.feed import Feed, has_static_batch
+from tfaccel.data.checks.label_contract import check as check_labels
 from tfaccel.train.loop import loop_size
 from tfaccel.train.loop.fit_loop import FitLoop, Schedule
 from tfaccel.train.setup import arguments, array_inputs, compiled, inputs, remainder, settings

@@ -13,17 +13,17 @@ rate, or says why its curve cannot (`LearningRateReport`); `tune` does the batch
 the rate at that batch, and prints the arguments to pass (`Tuned`).
 """
 
-from tfaccel.tuning.hypermodel import BatchSizeHyperModel
+from tfaccel.tuning.batch.hypermodel import BatchSizeHyperModel
+from tfaccel.tuning.batch.largest import largest_batch_size
+from tfaccel.tuning.batch.noise import NoiseScale, gradient_noise_scale
+from tfaccel.tuning.batch.recommend import Recommendation, before_probing, recommend
+from tfaccel.tuning.batch.report import BatchSizeReport, ProbeRow
+from tfaccel.tuning.batch.search import NoBatchSizeFitsError, find_batch_size
 from tfaccel.tuning.joint import Tuned, tune
-from tfaccel.tuning.largest import largest_batch_size
-from tfaccel.tuning.lr_finder import LRRangeTest, find_learning_rate
-from tfaccel.tuning.lr_report import LearningRateReport
-from tfaccel.tuning.noise import NoiseScale, gradient_noise_scale
+from tfaccel.tuning.lr.finder import LRRangeTest, find_learning_rate
+from tfaccel.tuning.lr.report import LearningRateReport
 from tfaccel.tuning.oom import is_out_of_memory, release_memory
-from tfaccel.tuning.recommend import Recommendation, before_probing, recommend
-from tfaccel.tuning.report import BatchSizeReport, ProbeRow
 from tfaccel.tuning.scaling import resolve_lr_scaling, rule_for, scaled_learning_rate
-from tfaccel.tuning.search import NoBatchSizeFitsError, find_batch_size
 
 __all__ = [
     "BatchSizeHyperModel",

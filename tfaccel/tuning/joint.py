@@ -17,12 +17,12 @@ import time
 import keras
 import tensorflow as tf
 
-from tfaccel.tuning import budget, inputs
-from tfaccel.tuning.lr_finder import find_learning_rate
-from tfaccel.tuning.lr_report import LearningRateReport
-from tfaccel.tuning.recommend import Recommendation, before_probing, recommend
-from tfaccel.tuning.report import BatchSizeReport
-from tfaccel.tuning.search import find_batch_size
+from tfaccel.tuning.batch import budget, inputs
+from tfaccel.tuning.batch.recommend import Recommendation, before_probing, recommend
+from tfaccel.tuning.batch.report import BatchSizeReport
+from tfaccel.tuning.batch.search import find_batch_size
+from tfaccel.tuning.lr.finder import find_learning_rate
+from tfaccel.tuning.lr.report import LearningRateReport
 
 RAMP_BELOW, RAMP_ABOVE = 1e3, 1e2  # the rate's ramp: from rate / 1000 to rate × 100
 

@@ -8,7 +8,7 @@ fast-forwarded with `skip` over the steps already done (exact for a deterministi
 seeded pipeline; cheap when the pipeline caches). Datasets of unknown length get a
 new iterator each epoch and, on resume, restart the interrupted epoch. The global
 batches of a `tfaccel.data` pipeline do not depend on the replicas (nor, reading rows in
-memory, on the workers: `tfaccel.data.global_order`), so a run saved on N resumes on M.
+memory, on the workers: `tfaccel.data.order.global_order`), so a run saved on N resumes on M.
 
 Epoch boundaries. A save that lands on an epoch's last step waits until the epoch
 is finished (validation run, epoch counter advanced), so it belongs to that epoch:
@@ -31,9 +31,9 @@ import warnings
 import keras
 import tensorflow as tf
 
-from tfaccel.data import augment_seeds
-from tfaccel.data.feed import INFINITE, Feed
-from tfaccel.data.service_stage import RESUME_NOTE
+from tfaccel.data.build.feed import INFINITE, Feed
+from tfaccel.data.order import augment_seeds
+from tfaccel.data.service.stage import RESUME_NOTE
 from tfaccel.train.loop import agreement, faults
 from tfaccel.train.loop.faults import PreemptionWatcher, TrainingDivergedError
 from tfaccel.train.loop.loop_size import LoopSizer

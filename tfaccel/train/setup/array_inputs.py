@@ -22,7 +22,9 @@ import numbers
 import numpy as np
 import tensorflow as tf
 
-from tfaccel.data.pipeline import DatasetFn, pipeline
+from tfaccel.data.build.pipeline import DatasetFn, pipeline
+from tfaccel.data.checks.weights import check_sample_weight
+from tfaccel.data.checks.weights import rows as _rows
 from tfaccel.data.sources import from_arrays
 
 DEFAULT_BATCH_SIZE = 32  # Keras' default for arrays
@@ -67,10 +69,6 @@ def _check_arrays(x, what: str):
         "keras.utils.PyDataset use tf.data.Dataset.from_generator(...).batch(n), or load the "
         "arrays."
     )
-
-
-def _rows(x) -> int:
-    return int(np.shape(tf.nest.flatten(x)[0])[0])
 
 
 def _take(x, start: int, stop: int | None):
@@ -133,26 +131,6 @@ def class_weights(y, class_weight: dict) -> np.ndarray:
             )
         weights[labels == int(label)] = weight
     return weights
-
-
-def check_sample_weight(x, y, weights) -> None:
-    """Raises ValueError unless `weights` has one row per example: shape (N,), (N, 1)
-    or the labels' shape."""
-    if weights is None or isinstance(weights, (dict, tuple)):
-        return
-    rows, shape = _rows(x), tuple(np.shape(weights))
-    labels = tuple(np.shape(y)) if not isinstance(y, (dict, tuple)) else None
-    if shape and shape[0] != rows:
-        raise ValueError(
-            f"sample_weight has {shape[0]} rows but x has {rows} examples; give one weight "
-            "per example (shape (N,))."
-        )
-    if shape not in ((rows,), (rows, 1), labels):
-        raise ValueError(
-            f"sample_weight has shape {shape}, but the weights of {rows} examples with "
-            f"labels of shape {labels} take shape ({rows},) (one weight per example) or the "
-            "labels' shape. Reduce or reshape the weights."
-        )
 
 
 def to_pipeline(

@@ -87,7 +87,7 @@ def resolve(trainer, feed, steps_per_epoch: int | None) -> dict:
 
 
 def _order_text(feed) -> str:
-    """Whether a resume may change the worker count (see `tfaccel.data.global_order`)."""
+    """Whether a resume may change the worker count (see `tfaccel.data.order.global_order`)."""
     pipelines = f"{feed.pipelines} input pipeline(s)"
     if feed.order == "global":
         return f"global ({pipelines}): resumes exactly on any number of workers or replicas"

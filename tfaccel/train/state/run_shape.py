@@ -3,7 +3,7 @@
 The shape (global batch, steps per epoch, optimizer, data fingerprint, input pipelines
 and their order...) is one JSON string in the checkpoint; `compare` refuses a resume
 whose shape changed, unless `resume="force"`. A changed number of input pipelines
-(workers) is refused only where the batches depend on it (`tfaccel.data.global_order`).
+(workers) is refused only where the batches depend on it (`tfaccel.data.order.global_order`).
 """
 
 from __future__ import annotations

@@ -1,0 +1,1 @@
+"""Checks on the data before step 1: labels against the model and loss, finite values."""

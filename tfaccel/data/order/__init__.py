@@ -1,0 +1,1 @@
+"""Order and resume: one global order by index, seeded augmentations, partial batches."""

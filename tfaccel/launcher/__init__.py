@@ -1,0 +1,1 @@
+"""What `tfaccel launch` starts beside the workers: rendezvous, output relay, data servers."""

@@ -1,0 +1,1 @@
+"""The batch-size search: memory, throughput knee, gradient noise scale, its report."""

@@ -1,0 +1,338 @@
+"""`BatchSizeHyperModel`: keras-tuner searches the batch size, the learning rate follows it.
+
+Example:
+    >>> hypermodel = tfaccel.tuning.BatchSizeHyperModel(                # doctest: +SKIP
+    ...     build_model, batch_sizes=[32, 64, 128], base_learning_rate=1e-3)
+    >>> tuner = keras_tuner.GridSearch(hypermodel, objective="val_accuracy", ...)
+    >>> tuner.search(train_unbatched, validation_data=val_unbatched, epochs=3)
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+
+import keras
+import keras_tuner
+import tensorflow as tf
+
+from tfaccel.callbacks import Throughput
+from tfaccel.callbacks._steps import StepClock, wait_for
+from tfaccel.tuning.batch import inputs
+from tfaccel.tuning.batch.search import find_batch_size
+from tfaccel.tuning.oom import describe_out_of_memory, is_out_of_memory, release_memory
+from tfaccel.tuning.scaling import check_lr_scaling, resolve_lr_scaling, scaled_learning_rate
+
+_TRAINER_FIT_ARGS = ("epochs", "callbacks", "verbose", "steps_per_epoch", "validation_steps")
+
+
+class _TuningLogs(keras.callbacks.Callback):
+    """Adds `examples_per_second` and `learning_rate` to the epoch logs.
+
+    `examples_per_second` is Throughput's; in an epoch where Throughput logged none it
+    is the whole epoch's rate instead, so an objective never sees a missing value.
+    """
+
+    def __init__(self, batch_size: int):
+        super().__init__()
+        self.batch_size = batch_size
+
+    def on_train_begin(self, logs=None):
+        self._clock = StepClock()
+
+    def on_epoch_begin(self, epoch, logs=None):
+        self._clock.start_epoch()
+        self._steps = 0
+        self._start = time.perf_counter()
+        self._end = None
+
+    def on_train_batch_end(self, batch, logs=None):
+        wait_for(logs)
+        self._end = time.perf_counter()
+        self._steps += self._clock.advance(batch, logs, self.params)
+
+    def on_epoch_end(self, epoch, logs=None):
+        if logs is None:
+            return
+        rate = logs.get("examples_per_second")
+        if (rate is None or not math.isfinite(rate)) and self._end and self._end > self._start:
+            rate = self.batch_size * self._steps / (self._end - self._start)
+        if rate is not None:
+            logs["examples_per_second"] = float(rate)
+        learning_rate = getattr(self.model.optimizer, "learning_rate", None)
+        if learning_rate is not None and not callable(learning_rate):
+            logs["learning_rate"] = float(keras.ops.convert_to_numpy(learning_rate))
+
+
+class BatchSizeHyperModel(keras_tuner.HyperModel):
+    """A keras-tuner HyperModel that tunes the batch size and scales the learning rate to it.
+
+    `fit` picks `hp.Choice("batch_size", batch_sizes)`, batches the (unbatched) data
+    itself, sets the learning rate to the user's own rate scaled to the batch (times
+    `hp.Float("lr_factor", 0.25, 4, sampling="log")` with `tune_learning_rate`), adds
+    `tfaccel.callbacks.Throughput` and returns the History, whose epochs carry
+    `examples_per_second` and `learning_rate` — so
+    `keras_tuner.Objective("examples_per_second", "max")` is a valid objective. A trial
+    that runs out of memory raises `keras_tuner.errors.FailedTrialError` naming the batch
+    size (the search goes on); memory is released before each model is built.
+
+    Args:
+        build_model: `fn(hp)` returning a compiled or uncompiled `keras.Model`; it may
+            define its own hyperparameters.
+        batch_sizes: a list of global batch sizes, or "auto": powers of two from 16 up to
+            `find_batch_size(...).max_batch_size` (probed once, in "power" mode and up to
+            the number of training examples, on the first trial's data).
+        base_batch_size: the batch the base learning rate was tuned for.
+        base_learning_rate: the learning rate at `base_batch_size`; None (default): the
+            rate of the optimizer `build_model(hp)` compiled with (or of `optimizer`).
+        lr_scaling: "auto" (default): "sqrt" for adaptive optimizers (Adam, RMSprop...),
+            "linear" for SGD (see `tfaccel.tuning.scaling`); or "linear", "sqrt", None.
+        tune_learning_rate: also search a factor in [0.25, 4] on the scaled rate.
+        trainer: train each trial with `tfaccel.Trainer` instead of `model.fit`.
+        loss: loss for models that `build_model` returns uncompiled.
+        optimizer: optimizer (name, instance, or class) for uncompiled models.
+        metrics: metrics for uncompiled models.
+        probe_kwargs: extra arguments for `find_batch_size` with `batch_sizes="auto"`.
+        **kwargs: `keras_tuner.HyperModel` arguments (`name`, `tunable`).
+
+    Raises:
+        ValueError: an empty or non-positive `batch_sizes`, an unknown `lr_scaling`,
+            or bad base values.
+    """
+
+    def __init__(
+        self,
+        build_model: Callable,
+        batch_sizes="auto",
+        base_batch_size: int = 32,
+        base_learning_rate: float | None = None,
+        lr_scaling: str | None = "auto",
+        tune_learning_rate: bool = False,
+        trainer: bool = False,
+        *,
+        loss=None,
+        optimizer="adam",
+        metrics=(),
+        probe_kwargs: dict | None = None,
+        **kwargs,
+    ):
+        super().__init__(**kwargs)
+        if not callable(build_model):
+            raise TypeError(
+                f"build_model must be a function fn(hp) returning a keras.Model, got "
+                f"{type(build_model).__name__}."
+            )
+        check_lr_scaling(lr_scaling)
+        scaled_learning_rate(
+            base_batch_size,
+            base_batch_size=base_batch_size,
+            base_learning_rate=1.0 if base_learning_rate is None else base_learning_rate,
+            lr_scaling=None,
+        )  # validates the base values
+        if batch_sizes != "auto":
+            if isinstance(batch_sizes, (str, int)) or not list(batch_sizes):
+                raise ValueError(
+                    f"batch_sizes must be 'auto' or a non-empty list of integers, got "
+                    f"{batch_sizes!r}."
+                )
+            batch_sizes = list(batch_sizes)
+            bad = [b for b in batch_sizes if isinstance(b, bool) or not isinstance(b, int) or b < 1]
+            if bad:
+                raise ValueError(f"batch_sizes must be integers >= 1; bad values: {bad}.")
+        self.build_model = build_model
+        self.batch_sizes = batch_sizes
+        self.base_batch_size = base_batch_size
+        self.base_learning_rate = None if base_learning_rate is None else float(base_learning_rate)
+        self.lr_scaling = lr_scaling
+        self.tune_learning_rate = bool(tune_learning_rate)
+        self.trainer = bool(trainer)
+        self.loss = loss
+        self.optimizer = optimizer
+        self.metrics = list(metrics or [])
+        self.probe_kwargs = dict(probe_kwargs or {})
+        self.probe_report = None
+
+    def learning_rate(self, batch_size: int, optimizer=None) -> float:
+        """The scaled learning rate for `batch_size` (before any tuned factor).
+
+        `optimizer` (the trial model's) gives the base rate when `base_learning_rate` is
+        None, and the rule when `lr_scaling` is "auto"; by default `self.optimizer`.
+        """
+        optimizer = self.optimizer if optimizer is None else optimizer
+        base = self.base_learning_rate
+        if base is None:
+            base = _rate_of(optimizer)
+        return scaled_learning_rate(
+            batch_size,
+            base_batch_size=self.base_batch_size,
+            base_learning_rate=base,
+            lr_scaling=resolve_lr_scaling(self.lr_scaling, optimizer),
+        )
+
+    def build(self, hp) -> keras.Model:
+        # keras-tuner clears the session and collects garbage before each build.
+        model = self.build_model(hp)
+        if not isinstance(model, keras.Model):
+            raise TypeError(
+                f"build_model(hp) must return a keras.Model, got {type(model).__name__}."
+            )
+        return model
+
+    def _compiled(self, model: keras.Model) -> keras.Model:
+        if model.compiled:
+            return model
+        if self.loss is None:
+            raise ValueError(
+                "build_model(hp) returned an uncompiled model and BatchSizeHyperModel has no "
+                "loss. Compile the model in build_model, or pass "
+                "BatchSizeHyperModel(..., loss=..., optimizer=..., metrics=[...])."
+            )
+        optimizer = self.optimizer
+        if isinstance(optimizer, type):
+            optimizer = optimizer()
+        elif isinstance(optimizer, keras.optimizers.Optimizer):
+            optimizer = type(optimizer).from_config(optimizer.get_config())
+        model.compile(optimizer=optimizer, loss=self.loss, metrics=self.metrics)
+        return model
+
+    def _auto_batch_sizes(self, hp, dataset: tf.data.Dataset, model: keras.Model) -> list[int]:
+        if self.probe_report is None:
+            loss = model.loss
+            optimizer = model.optimizer
+            defaults = keras_tuner.HyperParameters()
+            defaults.values.update(hp.values)
+            # Only powers of two become choices, so "power" mode is enough.
+            kwargs = {
+                "limit": inputs.count_examples(dataset),
+                "mode": "power",
+                "noise_scale": False,  # only the largest fit is used here
+                "loss": loss,
+                **self.probe_kwargs,
+            }
+            kwargs.setdefault("optimizer", optimizer)
+            self.probe_report = find_batch_size(
+                lambda: self.build_model(defaults), dataset, **kwargs
+            )
+        largest = self.probe_report.max_batch_size
+        sizes = [2**k for k in range(4, int(math.log2(largest)) + 1)]
+        return sizes or [2 ** int(math.log2(largest))]
+
+    def fit(self, hp, model, x=None, *args, y=None, validation_data=None, **kwargs):
+        """Trains one trial at the chosen batch size; returns its `keras.callbacks.History`.
+
+        Args:
+            hp: the trial's `keras_tuner.HyperParameters`.
+            model: the model `build` returned.
+            x: an unbatched `tf.data.Dataset` of `(x, y)`, or input arrays (with `y`).
+            y: labels when `x` holds arrays (keras-tuner passes them positionally too).
+            validation_data: an unbatched dataset or an `(x_val, y_val)` tuple.
+            **kwargs: `model.fit` arguments (`epochs`, `callbacks`, `verbose`, ...);
+                `batch_size` is chosen here and may not be given.
+
+        Raises:
+            ValueError: a batched dataset, a `batch_size` argument, or a learning-rate
+                schedule with `lr_scaling` set.
+            keras_tuner.errors.FailedTrialError: the trial ran out of memory.
+        """
+        if args:
+            if y is not None or len(args) > 1:
+                raise TypeError("fit takes (x, y) positionally at most.")
+            y = args[0]
+        if "batch_size" in kwargs:
+            raise ValueError(
+                "BatchSizeHyperModel chooses the batch size itself; do not pass batch_size to "
+                "tuner.search (list the candidates in BatchSizeHyperModel(batch_sizes=...))."
+            )
+        train = inputs.to_unbatched_dataset(x, y, what="the training data")
+        val = None
+        if validation_data is not None:
+            val = inputs.to_unbatched_dataset(validation_data, what="validation_data")
+        model = self._compiled(model)
+        choices = self.batch_sizes
+        if choices == "auto":
+            choices = self._auto_batch_sizes(hp, train, model)
+        batch_size = hp.Choice("batch_size", choices)
+        if self.lr_scaling is not None or self.tune_learning_rate:
+            self._check_settable(model)
+            learning_rate = self.learning_rate(batch_size, model.optimizer)
+            if self.tune_learning_rate:
+                learning_rate *= hp.Float("lr_factor", 0.25, 4.0, sampling="log")
+            model.optimizer.learning_rate = learning_rate
+
+        examples = inputs.count_examples(train)
+        throughput = Throughput(batch_size=batch_size, warmup_steps=1, verbose=0)
+        extra = list(kwargs.pop("callbacks", None) or [])
+        callbacks = [throughput, _TuningLogs(batch_size), *extra]
+        shuffle = kwargs.pop("shuffle", True)
+        train = train.shuffle(min(examples or 10_000, 10_000)) if shuffle else train
+        train = train.batch(batch_size).prefetch(tf.data.AUTOTUNE)
+        if val is not None:
+            val = val.batch(batch_size).prefetch(tf.data.AUTOTUNE)
+
+        failure = None
+        try:
+            if self.trainer:
+                return self._trainer_fit(model, train, val, callbacks, kwargs)
+            # Shuffled above: model.fit's default shuffle=True would only warn it is ignored.
+            return model.fit(
+                train, validation_data=val, callbacks=callbacks, shuffle=False, **kwargs
+            )
+        except Exception as error:  # noqa: BLE001 - only out-of-memory is caught
+            if not is_out_of_memory(error):
+                raise
+            failure = describe_out_of_memory(error)
+        model = train = val = callbacks = throughput = None
+        release_memory()
+        raise keras_tuner.errors.FailedTrialError(
+            f"batch_size={batch_size} ran out of memory ({failure}); trial skipped, the "
+            "search goes on. Use smaller batch_sizes to avoid it."
+        )
+
+    @staticmethod
+    def _check_settable(model: keras.Model) -> None:
+        optimizer = model.optimizer
+        if isinstance(optimizer.learning_rate, keras.optimizers.schedules.LearningRateSchedule) or (
+            callable(getattr(optimizer, "_learning_rate", None))
+        ):
+            raise ValueError(
+                "The model's optimizer uses a learning-rate schedule, which BatchSizeHyperModel "
+                "cannot scale to the batch size. Compile with a float learning rate, or pass "
+                "lr_scaling=None and tune_learning_rate=False."
+            )
+
+    def _trainer_fit(self, model, train, val, callbacks, kwargs):
+        from tfaccel.train import Trainer
+
+        unknown = sorted(set(kwargs) - set(_TRAINER_FIT_ARGS))
+        if unknown:
+            raise ValueError(
+                f"With trainer=True, fit takes {list(_TRAINER_FIT_ARGS)} and validation_data; "
+                f"got {unknown}. Drop them from tuner.search(...), or use trainer=False."
+            )
+        config = model.get_compile_config() or {}
+        loss = self.loss or keras.losses.get(config.get("loss"))
+        metrics = self.metrics or [
+            m if isinstance(m, str) else keras.metrics.get(m) for m in config.get("metrics") or []
+        ]
+        trainer = Trainer(
+            model,
+            optimizer=model.optimizer,
+            loss=loss,
+            metrics=metrics,
+            strategy=tf.distribute.get_strategy(),
+        )
+        return trainer.fit(train, validation_data=val, callbacks=callbacks, **kwargs)
+
+
+def _rate_of(optimizer) -> float:
+    """The learning rate an optimizer (instance, class or name) starts with."""
+    if isinstance(optimizer, str) or isinstance(optimizer, type):
+        optimizer = keras.optimizers.get(optimizer) if isinstance(optimizer, str) else optimizer()
+    rate = getattr(getattr(optimizer, "inner_optimizer", optimizer), "learning_rate", None)
+    if rate is None or callable(rate):
+        raise ValueError(
+            "BatchSizeHyperModel reads the base learning rate from the model's optimizer, "
+            f"which has none it can scale ({rate!r}). Pass base_learning_rate=..."
+        )
+    return float(keras.ops.convert_to_numpy(rate))

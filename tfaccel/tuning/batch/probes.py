@@ -1,0 +1,325 @@
+"""The batch-size search's machinery: one search's state (`Search`: the model, its probes,
+the time spent), the probe timer, the exploration of candidates (`explore`), and the
+argument checks `find_batch_size` shares."""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import statistics
+import time
+from collections.abc import Callable
+
+import keras
+import tensorflow as tf
+
+from tfaccel.callbacks._steps import wait_for
+from tfaccel.errors import NoBatchSizeFitsError
+from tfaccel.tuning.batch import inputs, noise_probe
+from tfaccel.tuning.batch.memory import MemoryMeter, predict_mb
+from tfaccel.tuning.batch.report import ProbeRow, knee_batch_size
+from tfaccel.tuning.oom import (
+    describe_out_of_memory,
+    is_out_of_memory,
+    release_memory,
+    split_until_fits,
+)
+
+logger = logging.getLogger("tfaccel")
+
+
+class ProbeTimer(keras.callbacks.Callback):
+    """Reads `clock` at the end of every step (after a host sync); samples host memory.
+
+    `step_seconds()` are the durations of the steps after the warm-up step.
+    """
+
+    def __init__(self, clock: Callable[[], float], meter: MemoryMeter):
+        super().__init__()
+        self.clock, self.meter = clock, meter
+        self.times: list[float] = []
+
+    def on_train_batch_end(self, batch, logs=None):
+        wait_for(logs)
+        self.times.append(self.clock())
+        self.meter.sample()
+
+    def step_seconds(self) -> list[float]:
+        return [b - a for a, b in zip(self.times[:-1], self.times[1:], strict=True)]
+
+
+def check_int(name: str, value, least: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < least:
+        raise ValueError(f"{name} must be an integer >= {least}, got {value!r}.")
+    return value
+
+
+def resolve_optimizer(optimizer):
+    """A fresh optimizer per probe: names and callables as they are, instances cloned."""
+    if isinstance(optimizer, keras.optimizers.Optimizer):
+        config = optimizer.get_config()
+        return lambda: type(optimizer).from_config(config)
+    if isinstance(optimizer, str):
+        return lambda: keras.optimizers.get(optimizer)
+    if callable(optimizer):
+        return optimizer
+    raise TypeError(
+        f"optimizer must be a Keras optimizer, its name, or a callable building one; got "
+        f"{type(optimizer).__name__}."
+    )
+
+
+class Search:
+    def __init__(
+        self, build_model, data, loss, optimizer, strategy, steps, meter, budget, clock, time_limit
+    ):
+        self.build_model = build_model
+        self.data = data
+        self.loss = loss
+        self.make_optimizer = resolve_optimizer(optimizer)
+        self.strategy = strategy
+        self.steps = steps
+        self.meter = meter
+        self.budget = budget
+        self.predict = budget is not None
+        self.clock = clock
+        self.rows: list[ProbeRow] = []
+        self.examples = inputs.count_examples(data)  # None: counted when a batch needs it
+        self.time_limit = time_limit
+        self.noise_asked, self.noise_warmup = False, None  # set by find_batch_size
+        self.min_steps_per_epoch: int | None = None  # set by find_batch_size: caps candidates
+        # One model for every candidate while they fit (built again after a failure): a
+        # candidate costs its steps and, for the first two shapes, a trace — not a build.
+        # The noise scale continues from it.
+        self.last_model: keras.Model | None = None
+
+    @property
+    def steps_cap(self) -> int | None:
+        """The largest batch leaving `min_steps_per_epoch` steps an epoch (None: no cap)."""
+        if self.examples is None or self.min_steps_per_epoch is None:
+            return None
+        return self.examples // self.min_steps_per_epoch
+
+    def has_examples(self, batch_size: int) -> bool:
+        """Whether the data holds at least `batch_size` examples (counting only that many)."""
+        if self.examples is None:
+            count = int(self.data.take(batch_size).reduce(0, lambda n, _: n + 1))
+            if count >= batch_size:
+                return True
+            self.examples = count
+        return batch_size <= self.examples
+
+    def spent(self, batch: int) -> bool:
+        """Whether a probe of `batch` would eat into the time limit or the noise scale's reserve."""
+        reserve = None
+        if self.noise_asked:
+            reserve = lambda limit: noise_probe.reserve(self, batch, limit)  # noqa: E731
+        return self.time_limit.spent(self.rows, batch, self.steps, reserve)
+
+    def _fitted(self) -> list[tuple[int, float]]:
+        return [(r.batch_size, r.peak_memory_mb) for r in self.rows if r.fits]
+
+    def _build(self) -> keras.Model:
+        with self.strategy.scope():
+            model = self.build_model()
+            if not isinstance(model, keras.Model):
+                raise TypeError(
+                    f"build_model must return a keras.Model, got {type(model).__name__}. "
+                    "Return the model from the function (e.g. `return keras.Sequential(...)`)."
+                )
+            model.compile(optimizer=self.make_optimizer(), loss=self.loss, jit_compile="auto")
+        return model
+
+    def time_steps(self, batch_size: int) -> float | None:
+        """Examples/s of the shared model at `batch_size`: one warm-up step, then `steps`.
+
+        The median step: one step slowed by a neighbour on a shared host (or a garbage
+        collection) does not move it.
+        """
+        data = (
+            self.data.take(batch_size)
+            .cache()
+            .repeat()
+            .batch(batch_size, drop_remainder=True)
+            .prefetch(tf.data.AUTOTUNE)
+        )
+        timer = ProbeTimer(self.clock, self.meter)
+        self.last_model.fit(
+            data,
+            epochs=1,
+            steps_per_epoch=self.steps + 1,
+            callbacks=[timer],
+            shuffle=False,  # the probe repeats one cached batch; nothing to shuffle
+            verbose=0,
+        )
+        seconds = statistics.median(timer.step_seconds())
+        return batch_size / seconds if seconds > 0 else None
+
+    def confirm_knee(self, knee: float) -> None:
+        """Times the knee and the first candidate once more, the knee first.
+
+        A batch is chosen for being faster than the first candidate (on the recipes'
+        path, the user's own batch); one noisy reading must not decide it. Each of the
+        two rows' examples/s becomes the mean of its two readings, and the knee is
+        found again from them. Skipped when the time limit (and the noise scale's
+        reserve) leaves too little for the two probes.
+        """
+        timed = [r for r in self.rows if r.fits and r.examples_per_second]
+        best = knee_batch_size(self.rows, knee)
+        if not timed or self.last_model is None or best in (None, timed[0].batch_size):
+            return
+        pair = [next(r for r in timed if r.batch_size == best), timed[0]]
+        cost = sum((self.steps + 1) * r.batch_size / r.examples_per_second for r in pair)
+        left = self.time_limit.left(self.rows)
+        if left is not None:
+            reserve = noise_probe.reserve(self, best, left) if self.noise_asked else 0.0
+            if cost + reserve > left:
+                return
+        for row in pair:
+            try:
+                again = self.time_steps(row.batch_size)
+            except Exception as error:  # noqa: BLE001 - only out-of-memory is caught
+                if not is_out_of_memory(error):
+                    raise
+                return  # the first reading stands (a probe that fit once may not again)
+            if again is None:
+                continue
+            mean = (row.examples_per_second + again) / 2
+            index = self.rows.index(row)
+            self.rows[index] = dataclasses.replace(row, examples_per_second=mean)
+            logger.info("batch %d: timed again at %.1f examples/s", row.batch_size, again)
+
+    def probe(self, batch_size: int) -> ProbeRow:
+        """Runs one candidate (or predicts it over budget) and records its row."""
+        predicted = predict_mb(self._fitted(), batch_size) if self.predict else None
+        if predicted is not None and predicted > self.budget:
+            row = ProbeRow(batch_size, False, None, None, "budget", predicted)
+            self.rows.append(row)
+            logger.info("batch %d: predicted %.0f MiB > budget, not run", batch_size, predicted)
+            return row
+        began = time.perf_counter()
+        failure = None
+        try:
+            if self.last_model is None:  # the first candidate, or the one after a failure
+                release_memory()
+                self.last_model = self._build()
+            self.meter.start()
+            rate = self.time_steps(batch_size)
+        except Exception as error:  # noqa: BLE001 - only out-of-memory is caught below
+            if not is_out_of_memory(error):
+                raise
+            failure = describe_out_of_memory(error)
+            self.last_model = None  # its state after the failure is not trusted: rebuild
+            release_memory()
+        if failure is not None:
+            row = ProbeRow(batch_size, False, None, None, "oom", predicted, failure)
+        else:
+            peak = self.meter.peak_mb()
+            over = self.budget is not None and peak > self.budget
+            row = ProbeRow(
+                batch_size,
+                not over,
+                None if over else rate,
+                peak,
+                "budget" if over else "ok",
+                predicted,
+                seconds=time.perf_counter() - began,
+            )
+        logger.info("batch %d: %s", batch_size, row)
+        self.rows.append(row)
+        return row
+
+
+def explore(search: Search, start, limit, mode, step: int, replicas: int) -> int:
+    """Runs the candidates in order; returns the largest batch that fits."""
+
+    def round_up(b: int) -> int:
+        return -(-b // replicas) * replicas
+
+    largest, failed, capped = None, None, None
+    batch = round_up(start)
+    while True:
+        if limit is not None and batch > limit:
+            search.rows.append(ProbeRow(batch, False, None, None, "limit"))
+            capped = limit
+            break
+        if largest is not None and search.spent(batch):
+            search.rows.append(ProbeRow(batch, False, None, None, "time"))
+            break
+        if not search.has_examples(batch):
+            fewer = search.examples // replicas * replicas
+            if largest is None and fewer >= replicas:  # start above the data: start at it
+                batch = fewer
+                continue
+            if largest is None:
+                raise ValueError(
+                    f"The data holds {search.examples} example(s), fewer than the "
+                    f"{replicas} replicas: not one example per replica."
+                )
+            search.rows.append(ProbeRow(batch, False, None, None, "data"))
+            capped = search.examples
+            break
+        if search.steps_cap is not None and batch > search.steps_cap and largest is not None:
+            search.rows.append(ProbeRow(batch, False, None, None, "steps per epoch"))
+            capped = search.steps_cap
+            break
+        row = search.probe(batch)
+        if not row.fits:
+            failed = batch
+            break
+        largest = batch
+        batch = round_up(batch * 2)
+    if largest is None:  # the first candidate did not fit: 1/2, 1/4, ... of it (shared retry)
+        first_failed = failed
+
+        def attempt(k: int) -> bool:
+            nonlocal failed
+            batch = round_up(first_failed // k)
+            fits = search.probe(batch).fits
+            failed = failed if fits else batch
+            return fits
+
+        k = split_until_fits(attempt, first_failed, replicas=replicas)
+        largest = None if k is None else round_up(first_failed // k)
+        if largest is None:
+            smallest = min(search.rows, key=lambda r: r.batch_size)
+            memory = smallest.peak_memory_mb or smallest.predicted_memory_mb or 0.0
+            detail = smallest.error or (
+                f"its memory ({memory:.0f} MiB) exceeds the budget of {search.budget:.0f} MiB"
+            )
+            raise NoBatchSizeFitsError(
+                f"No batch size fits: the smallest tried, {smallest.batch_size}, failed "
+                f"({smallest.reason}): {detail}. Use a smaller model or input, remat "
+                "(tfaccel blocks' remat=True), mixed precision, or a larger memory_budget_mb."
+            )
+    timed_out = search.rows[-1].reason == "time"
+    if mode == "binsearch" and not timed_out:
+        upper = failed if failed is not None else capped + 1
+        while True:
+            first = (largest // step + 1) * step
+            candidates = list(range(first, upper, step))
+            if not candidates:
+                break
+            middle = candidates[(len(candidates) - 1) // 2]
+            if search.spent(middle):
+                break
+            if search.probe(middle).fits:
+                largest = middle
+            else:
+                upper = middle
+
+    return largest
+
+
+def strategy_gpus(strategy: tf.distribute.Strategy, gpus: list[str]) -> list[str]:
+    """The logical GPUs (as "GPU:i") the strategy computes on; [] on CPU."""
+    try:
+        names = strategy.extended.worker_devices
+    except RuntimeError:  # the default strategy: TensorFlow's default device
+        return ["GPU:0"] if gpus else []
+    found = []
+    for name in names:
+        lowered = name.lower()
+        if "gpu:" in lowered:
+            found.append("GPU:" + lowered.rsplit("gpu:", 1)[1])
+    return found
