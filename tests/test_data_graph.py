@@ -1,6 +1,5 @@
-"""`data.build.graph`, the one reader of tf.data's private attributes, and the layout rules."""
+"""`data.build.graph`, the one reader of tf.data's private attributes (layout: test_house.py)."""
 
-import ast
 import pathlib
 
 import pytest
@@ -77,52 +76,3 @@ def test_map_function_graphs_name_the_ops_of_each_map():
     assert len(list(graph.map_function_graphs(noisy))) == 2
     assert augment_seeds.stateful_random_ops(noisy) == ["RandomUniform"]
     assert augment_seeds.stateful_random_ops(source) == []
-
-
-# -- layout: file and function sizes ------------------------------------------------------
-
-MAX_FILE_LINES, MAX_FUNCTION_LINES = 500, 80
-# Owned by other work in progress (issue 38): the lead rewrites train/, another helper tuning/.
-KNOWN_LONG = {}
-
-
-def _files():
-    return sorted(str(p.relative_to(PACKAGE)) for p in PACKAGE.rglob("*.py"))
-
-
-def _long_functions(relative: str) -> list[str]:
-    tree = ast.parse((PACKAGE / relative).read_text())
-    found = []
-    for node in ast.walk(tree):
-        if not isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
-            continue
-        lines = node.end_lineno - node.lineno + 1
-        if ast.get_docstring(node, clean=False) is not None:
-            lines -= node.body[0].end_lineno - node.body[0].lineno + 1
-        if lines > MAX_FUNCTION_LINES:
-            found.append(f"{relative}::{node.name} ({lines} lines)")
-    return found
-
-
-def _marked(relative: str, key: str):
-    if key in KNOWN_LONG:
-        return pytest.param(relative, marks=pytest.mark.xfail(strict=False, reason=KNOWN_LONG[key]))
-    return relative
-
-
-@pytest.mark.parametrize("relative", [_marked(f, f) for f in _files()])
-def test_no_file_passes_500_lines(relative):
-    lines = len((PACKAGE / relative).read_text().splitlines())
-    assert lines <= MAX_FILE_LINES, f"tfaccel/{relative}: {lines} lines"
-
-
-@pytest.mark.parametrize(
-    "relative",
-    [
-        _marked(f, f"{f}::fit" if f == "train/trainer.py" else f)
-        for f in _files()
-        if f.startswith(("data/", "train/"))
-    ],
-)
-def test_no_function_in_data_or_train_passes_80_lines(relative):
-    assert _long_functions(relative) == []

@@ -1,0 +1,239 @@
+"""The house's plan, checked from the code: imports point down, no circles, folders and
+functions a reader can take in, and every documented name importable.
+
+The imports are read with `ast` (those inside functions too: a lazy import is still a
+dependency), so nothing of the package is run to draw them.
+"""
+
+import ast
+import importlib
+import pathlib
+import re
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+PACKAGE = ROOT / "tfaccel"
+
+# The concerns of tfaccel/ from the bottom up: a module may import its own concern and
+# any concern on a lower row, never a higher one. Two concerns on one row may not import
+# each other both ways (the circle test says so).
+LAYERS = [
+    {"errors", "strict_json", "precision_probe", "shared_strategy", "cluster", "launcher"},
+    {"blocks", "devices"},
+    {"models", "precision", "parallel", "data"},
+    {"methods", "callbacks"},
+    {"train"},
+    {"tuning", "doctor"},
+    {"checks", "check", "launch"},
+    {"cli", "__main__", "tfaccel"},
+]
+RANK = {concern: rank for rank, row in enumerate(LAYERS) for concern in row}
+MAX_MODULES, MAX_FILE_LINES, MAX_FUNCTION_CODE = 16, 500, 80
+
+
+def _name(path: pathlib.Path) -> str:
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+MODULES = {_name(p): p for p in sorted(PACKAGE.rglob("*.py"))}
+
+
+def concern(module: str) -> str:
+    """`tfaccel.data.build.feed` -> `data`; the package itself -> `tfaccel`."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else "tfaccel"
+
+
+def imports_of(path: pathlib.Path) -> set[str]:
+    """The tfaccel modules a file imports (a name imported from a package counts as the
+    submodule when it is one, else as the package)."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found |= {a.name for a in node.names if a.name.split(".")[0] == "tfaccel"}
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            if node.module.split(".")[0] != "tfaccel":
+                continue
+            for alias in node.names:
+                full = f"{node.module}.{alias.name}"
+                found.add(full if full in MODULES else node.module)
+    me = _name(path)
+    return {m for m in found if m in MODULES and m != me}
+
+
+GRAPH = {name: imports_of(path) for name, path in MODULES.items()}
+
+
+def circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected groups of more than one module (Tarjan's algorithm)."""
+    index, low, stack, on_stack, found = {}, {}, [], set(), []
+
+    def visit(node):
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for nxt in sorted(graph.get(node, ())):
+            if nxt not in index:
+                visit(nxt)
+                low[node] = min(low[node], low[nxt])
+            elif nxt in on_stack:
+                low[node] = min(low[node], index[nxt])
+        if low[node] == index[node]:
+            group = []
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                group.append(member)
+                if member == node:
+                    break
+            if len(group) > 1:
+                found.append(sorted(group))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return found
+
+
+def upward(graph: dict[str, set[str]]) -> list[str]:
+    """Every import from a concern to a higher one, as `importer -> imported`."""
+    return sorted(
+        f"{a} -> {b}"
+        for a, targets in graph.items()
+        for b in targets
+        if RANK[concern(a)] < RANK[concern(b)]
+    )
+
+
+def code_lines(node: ast.AST, source: list[str]) -> int:
+    """Lines of a function holding code: its docstring, comments and blank lines left out."""
+    skip = set()
+    body = getattr(node, "body", [])
+    if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant):
+        if isinstance(body[0].value.value, str):
+            skip = set(range(body[0].lineno, body[0].end_lineno + 1))
+    return sum(
+        1
+        for number in range(node.lineno, node.end_lineno + 1)
+        if number not in skip
+        and source[number - 1].strip()
+        and not source[number - 1].strip().startswith("#")
+    )
+
+
+def long_functions(path: pathlib.Path) -> list[str]:
+    text = path.read_text()
+    source = text.splitlines()
+    return [
+        f"{path.relative_to(ROOT)}::{node.name} ({code_lines(node, source)} lines of code)"
+        for node in ast.walk(ast.parse(text))
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)
+        and code_lines(node, source) > MAX_FUNCTION_CODE
+    ]
+
+
+# -- the rules, on the real tree -------------------------------------------------------
+
+
+def test_every_concern_has_a_row():
+    assert {concern(m) for m in MODULES} <= set(RANK), "add the new concern to LAYERS"
+
+
+def test_no_import_circles():
+    found = circles(GRAPH)
+    assert not found, "import circles:\n" + "\n".join(" <-> ".join(c) for c in found)
+
+
+def test_imports_only_point_down():
+    found = upward(GRAPH)
+    assert not found, "imports that run back up the house:\n" + "\n".join(found)
+
+
+def test_no_function_passes_80_lines_of_code():
+    found = [f for path in MODULES.values() for f in long_functions(path)]
+    assert not found, "\n".join(found)
+
+
+def test_no_file_passes_500_lines():
+    found = [
+        f"{p.relative_to(ROOT)}: {n} lines"
+        for p in MODULES.values()
+        if (n := len(p.read_text().splitlines())) > MAX_FILE_LINES
+    ]
+    assert not found, "\n".join(found)
+
+
+def test_no_folder_holds_more_than_16_modules():
+    folders = {p.parent for p in MODULES.values()}
+    found = [
+        f"{f.relative_to(ROOT)}: {n} modules"
+        for f in sorted(folders)
+        if (n := len(list(f.glob("*.py")))) > MAX_MODULES
+    ]
+    assert not found, "\n".join(found)
+
+
+# -- the checks themselves catch what they are for ------------------------------------
+
+
+def test_the_circle_finder_names_every_file_of_a_circle():
+    graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
+    assert circles(graph) == [["a", "b", "c"]]
+    assert circles({"a": {"b"}, "b": set()}) == []
+
+
+def test_an_upward_import_is_named():
+    graph = {"tfaccel.data.sources.arrays": {"tfaccel.train.setup.array_inputs"}}
+    assert upward(graph) == ["tfaccel.data.sources.arrays -> tfaccel.train.setup.array_inputs"]
+    assert upward({"tfaccel.train.trainer": {"tfaccel.data.build.feed"}}) == []
+
+
+def test_code_lines_leave_out_docstrings_comments_and_blanks():
+    text = 'def f():\n    """Doc.\n\n    More."""\n    # note\n\n    x = 1\n    return x\n'
+    node = ast.parse(text).body[0]
+    assert code_lines(node, text.splitlines()) == 3  # def, x = 1, return
+
+
+# -- every documented name imports ----------------------------------------------------
+
+
+def _resolve(dotted: str):
+    """Imports the longest module prefix of `dotted`, then reads the rest as attributes."""
+    parts = dotted.split(".")
+    for cut in range(len(parts), 0, -1):
+        try:
+            value = importlib.import_module(".".join(parts[:cut]))
+        except ModuleNotFoundError:
+            continue
+        for attr in parts[cut:]:
+            value = getattr(value, attr)
+        return value
+    raise ModuleNotFoundError(dotted)
+
+
+def _documented() -> list[str]:
+    """`::: name` of the reference pages, and every `tfaccel.x.y` the docs and README
+    name in backticks (a name followed by `(` counts without its call)."""
+    pages = [*sorted((ROOT / "docs").rglob("*.md")), ROOT / "README.md"]
+    names = set()
+    for page in pages:
+        text = page.read_text()
+        names |= set(re.findall(r"^::: (tfaccel[\w.]*)", text, flags=re.M))
+        names |= set(re.findall(r"`(tfaccel(?:\.\w+)+)[(`]", text))
+    return sorted(names)
+
+
+@pytest.mark.parametrize("dotted", _documented())
+def test_every_documented_name_imports(dotted):
+    assert _resolve(dotted) is not None
+
+
+@pytest.mark.parametrize(
+    "module", ["tfaccel", "tfaccel.data", "tfaccel.tuning", "tfaccel.doctor", "tfaccel.callbacks"]
+)
+def test_every_exported_name_is_there(module):
+    runtime = importlib.import_module(module)
+    missing = [n for n in runtime.__all__ if getattr(runtime, n, None) is None]
+    assert not missing, f"{module}.__all__ names what it lacks: {missing}"
