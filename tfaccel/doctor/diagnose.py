@@ -14,9 +14,16 @@ from tfaccel.data.build.feed import Feed
 from tfaccel.data.build.plan import graph_stages, missing
 from tfaccel.doctor import fix_rules, machine, measure, mfu, variants
 from tfaccel.doctor import verdict as rules
+from tfaccel.doctor.phases import (
+    MIN_WINDOW_S,
+    compute_alone,
+    input_alone,
+    median_or,
+    real_step,
+    warm_up,
+)
 from tfaccel.doctor.report import Report
 from tfaccel.doctor.snapshot import Snapshot
-from tfaccel.train.loop import loop_size
 from tfaccel.train.setup import inputs
 from tfaccel.train.step import precision_step
 from tfaccel.train.step.iterators import adopt
@@ -28,7 +35,6 @@ DEFAULT_BUDGET_S = 60.0  # or EPOCH_SHARE of an epoch, whichever is larger
 EPOCH_SHARE = 0.05
 """The share of an epoch `diagnose` may measure for by default, when over `DEFAULT_BUDGET_S`."""
 ROUNDS = 3
-MIN_WINDOW_S, MAX_WINDOW_S = 0.05, 1.0  # each timed measurement, per round
 MB = 1024.0 * 1024.0
 
 
@@ -180,113 +186,18 @@ class _Job:
         return feed
 
 
-# Shares of the time left after the warm-up: compute alone (in rounds), the real step
-# (back to back), the input alone (a fresh iterator, back to back), the input fixes.
-SHARES = {"compute": 0.3, "real": 0.3, "input": 0.2, "fixes": 0.2}
-WINDOWS = 4  # back-to-back windows of the real step and of the input alone
-INPUT_LIMITED = 0.1  # the real step waits this share of its time or more: input limits
-
-
 def _measure(job: _Job, feed: Feed, batch, began, budget_s, rounds):
-    runner, strategy = job.runner, job.runner.strategy
-    k = runner.batches_per_step
-    gpus = machine.gpus(strategy)
-    for gpu in gpus:
-        tf.config.experimental.reset_memory_stats(gpu)
-    real = adopt(iter(feed.repeated().distribute(endless=True)))
-    cached = adopt(iter(feed.one_batch().distribute(endless=True)))
-    # Warm-up: traces (on the cached batch: the real iterator shares the trace), then the
-    # real pipeline started by one real step (which may take long: it is timed).
-    runner.train(cached, 1)
-    t1 = min(measure.train_calls(runner, cached, 1, 2)[0])
-    first_times, first_results = measure.train_calls(runner, real, 1, 1)
-    real1 = first_times[0]
-    # A second real step: the first pays the pipeline's start-up (a shuffle buffer to
-    # fill, files to open), which an epoch pays once; the second is a step's own cost.
-    second_times, second_results = measure.train_calls(runner, real, 1, 1)
-    real_next = min(second_times[0], real1)
-
+    p = warm_up(job, feed)
+    runner, strategy, k = p.runner, p.strategy, p.runner.batches_per_step
     budget = budget_s or DEFAULT_BUDGET_S
     epoch = _epoch_steps(feed, k)
     if budget_s is None and epoch:
-        budget = max(budget, EPOCH_SHARE * epoch * t1)
-    left = max(budget - (time.perf_counter() - began), MIN_WINDOW_S * 8)
-    unmeasured = []
-
-    # Compute alone, in alternating rounds (the fastest call of each size counts).
-    comm = runner.strategy.num_replicas_in_sync > 1
-    pieces = (3 if comm else 2) + (0 if gpus else 1)  # + a matmul peak call on a CPU
-    window = left * SHARES["compute"] / (rounds * pieces)
-    window = measure.agree(strategy, min(max(window, MIN_WINDOW_S), MAX_WINDOW_S))
-    long_n = int(measure.agree(strategy, min(max(round(window / 3 / t1), 2), 10_000)))
-    grads = measure.GradientLoops(runner.model, runner.loss, strategy) if comm else None
-    if grads is not None:
-        grads.seconds(True, cached, 1, 1)
-        grads.seconds(False, cached, 1, 1)
-    matmul = peak.MatmulPeak(n=1024) if not gpus else None
-    host1, hostn, with_ar, without_ar = [], [], [], []
-    trainer_busy, input_busy = measure.CoresBusy(), measure.CoresBusy()
-    ones = int(measure.agree(strategy, min(max(window / t1, 2), 5)))
-    longs = 2 if long_n * t1 > window / 2 else 3
-    for _ in range(rounds):
-        host1 += measure.train_calls(runner, cached, 1, ones)[0]
-        with trainer_busy:
-            hostn += measure.train_calls(runner, cached, long_n, longs)[0]
-        if grads is not None:
-            with_ar += grads.seconds(True, cached, long_n, longs)
-            without_ar += grads.seconds(False, cached, long_n, longs)
-        if matmul is not None:
-            matmul.measure(1)
-    step_s, overhead_s = _fit(host1, hostn, long_n)
-
-    # The real step, back to back (the first window drains what the buffers held), at
-    # the job's steps per call, fewer where a call would overrun a window; as many
-    # windows as its share of the budget holds (at least one).
-    share, per_step = left * SHARES["real"], max(real_next, t1)
-    m = max(1, min(job.chosen or long_n, long_n, int(share / WINDOWS / 2 / per_step)))
-    m = int(measure.agree(strategy, m))
-    count = int(measure.agree(strategy, min(max(int(share / (m * per_step)), 1), WINDOWS)))
-    sub = measure.agree(strategy, max(share / count, MIN_WINDOW_S))
-    if share >= m * per_step:
-        windows = measure.train_windows(runner, real, m, sub, count)
-    else:  # not one more call fits: the second real step stands for it
-        unmeasured.append("the real step beyond its second call (a call exceeds its share)")
-        windows = [(real_next, second_results[0].input_wait_s)]
-    steady = windows[1:] or windows
-    n = int(measure.agree(strategy, job.chosen or loop_size.choose(overhead_s, step_s)))
-    real_s = statistics.median(w[0] for w in steady) - overhead_s / m + overhead_s / n
-    waits = [w[1] for w in steady if w[1] is not None]
-
-    # The input alone: a fresh iterator (it pays what an epoch pays to start), read back
-    # to back through the same distribution layer as the step — where a batch fits in
-    # its share of the budget (a real step's time bounds a batch's).
-    share = left * SHARES["input"]
-    # A fresh iterator pays the start-up again (about the first real step's extra).
-    after_startup = share - max(real1 - real_next, 0.0)
-    count = min(max(int(after_startup / max(real_next, 1e-6)) - 1, 0), WINDOWS)
-    count = int(measure.agree(strategy, count))
-    startup_s, reads_s, sub_in = None, [], MIN_WINDOW_S
-    if count:
-        sub_in = measure.agree(strategy, max(share / (count + 1), MIN_WINDOW_S))
-        reads = adopt(iter(feed.repeated().distribute(endless=True)))
-        with input_busy:
-            startup_s, reads_s = measure.read_windows(reads, sub_in, count)
-    if not reads_s:
-        why = "no batch within its window" if count else "a batch takes longer than its share"
-        unmeasured.append(f"the input alone ({why}; the real step's time stands for it)")
-        reads_s = [statistics.median(w[0] for w in steady) / k]
-        if real1 > 2 * real_next:  # what the first real step paid beyond a step
-            startup_s = real1 - real_next
-    plain_s = None
-    if not isinstance(strategy, type(tf.distribute.get_strategy())) or comm:
-        plain = adopt(iter(feed.repeated().dataset))
-        plain_s = _median_or(measure.read_windows(plain, sub_in / 2, 2)[1], None)
-    all_reduce = None
-    if grads is not None:
-        all_reduce = max((min(with_ar) - min(without_ar)) / long_n, 0.0)
-    device = "GPU" if gpus else "CPU"
-    sample = feed.dataset
-    model = runner.model
+        budget = max(budget, EPOCH_SHARE * epoch * p.t1)
+    p.left = max(budget - (time.perf_counter() - began), MIN_WINDOW_S * 8)
+    c = compute_alone(p, rounds)
+    real_s, steady, waits, n = real_step(p, c)
+    startup_s, reads_s, plain_s, input_busy = input_alone(p, steady)
+    sample, model = feed.dataset, runner.model
     input_s = statistics.median(reads_s) * k
     # Each epoch's fresh iterator pays its start-up (a shuffle buffer to fill, files to
     # open) beyond a batch: spread over the epoch's steps, the input and the real step
@@ -298,44 +209,40 @@ def _measure(job: _Job, feed: Feed, batch, began, budget_s, rounds):
         batch=batch * k,
         replicas=int(strategy.num_replicas_in_sync),
         workers=int(getattr(strategy.extended, "_num_workers", 1) or 1),
-        device=device,
+        device="GPU" if p.gpus else "CPU",
         trainer=job.trainer is not None,
         steps_per_loop=n,
         steps_per_loop_setting=job.setting,
         accumulate_steps=k,
-        step_s=step_s,
-        call_overhead_s=overhead_s,
+        step_s=c.step_s,
+        call_overhead_s=c.overhead_s,
         input_s=input_s + spread,
         plain_input_s=None if plain_s is None else plain_s * k + spread,
         input_cores=input_busy.cores,
-        trainer_cores=trainer_busy.cores,
+        trainer_cores=c.busy.cores,
         real_s=max(real_s, 1e-9) + spread,
         real_wait_s=statistics.median(waits) + spread if waits else None,
-        all_reduce_s=all_reduce,
+        all_reduce_s=c.all_reduce_s,
         gradient_mb=measure.gradient_bytes(model) / MB,
         cores=machine.cores(),
         pipeline=graph_stages(sample),
-        memory=machine.memory(gpus, model, runner.optimizer),
+        memory=machine.memory(p.gpus, model, runner.optimizer),
         dtype_policy=model.dtype_policy.name,
         jit_compile=bool(runner.jit_compile),
-        gpu_capability=machine.capability(gpus),
+        gpu_capability=machine.capability(p.gpus),
         input_startup_s=startup_s,
         startup_spread_s=spread,
         epoch_steps=epoch,
     )
-    if matmul is not None:
+    if c.matmul is not None:
         measured.flops_per_example = peak.training_flops_per_example(model, sample.element_spec[0])
-        measured.matmul_peak = matmul.best
+        measured.matmul_peak = c.matmul.best
     if measured.real_wait_s is None:
-        unmeasured.append("the real step's wait for input (not timed in this loop)")
+        p.unmeasured.append("the real step's wait for input (not timed in this loop)")
     deadline = began + budget
-    unmeasured += _measure_input_fixes(strategy, sample, measured, deadline, real1)
-    measured.unmeasured = unmeasured
+    p.unmeasured += _measure_input_fixes(strategy, sample, measured, deadline, p.real1)
+    measured.unmeasured = p.unmeasured
     return measured, _notes(measured, strategy, job), budget
-
-
-def _median_or(values, default):
-    return statistics.median(values) if values else default
 
 
 def _measure_input_fixes(
@@ -362,7 +269,7 @@ def _measure_input_fixes(
     made = {key: v for key, v in made.items() if v is not None}
     if seconds < max(MIN_WINDOW_S, 2 * batch_s):  # each read: a first batch and windows
         return skipped + [f"the {key.replace('_', ' ')} fix (no time left)" for key in made]
-    base = _median_or(measure.read_windows(adopt(iter(sample.repeat())), seconds, 2)[1], None)
+    base = median_or(measure.read_windows(adopt(iter(sample.repeat())), seconds, 2)[1], None)
     speedups = {}
     for key, dataset in made.items():
         after = measure.read_windows(adopt(iter(dataset.repeat())), seconds, 2)[1]
@@ -420,13 +327,6 @@ def _measure_xla(job: _Job, feed: Feed, measured: rules.Measured) -> list[str]:
         times["xla"] += compiled.seconds(False, cached, n, 1)
     measured.xla_speedup = min(times["plain"]) / min(times["xla"])
     return []
-
-
-def _fit(ones: list[float], longs: list[float], n: int) -> tuple[float, float]:
-    """(step, overhead) from the fastest call of 1 step and of n steps: T(n) = o + n·s."""
-    t1, tn = min(ones), min(longs)
-    step = max((tn - t1) / (n - 1), 1e-9)
-    return step, max(t1 - step, 0.0)
 
 
 def _epoch_steps(feed: Feed, accumulate: int) -> int | None:
