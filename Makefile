@@ -3,22 +3,32 @@
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
-EXTRAS := test,recipes,docs
-STAMP := $(VENV)/.installed-$(shell cat setup.cfg pyproject.toml constraints.txt | cksum | cut -d' ' -f1)
+HASH := $(shell cat setup.cfg pyproject.toml constraints.txt | cksum | cut -d' ' -f1)
+# One venv, two stamps: `make run` installs what the main job needs (the recipes extra);
+# `make test` and the other targets add the test and docs extras.
+RUN_STAMP := $(VENV)/.installed-run-$(HASH)
+TEST_STAMP := $(VENV)/.installed-test-$(HASH)
 
 .PHONY: run test lint docs docs-serve bench notebooks upgrade clean
 
-$(STAMP): setup.cfg pyproject.toml constraints.txt
-	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+$(VENV)/bin/python:
+	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q -c constraints.txt -e ".[$(EXTRAS)]"
-	rm -f $(VENV)/.installed-*
-	touch $(STAMP)
 
-run: $(STAMP)
+$(RUN_STAMP): setup.cfg pyproject.toml constraints.txt | $(VENV)/bin/python
+	test -e $(TEST_STAMP) || $(BIN)/python -m pip install -q -c constraints.txt -e ".[recipes]"
+	rm -f $(VENV)/.installed-run-*
+	touch $(RUN_STAMP)
+
+$(TEST_STAMP): setup.cfg pyproject.toml constraints.txt | $(VENV)/bin/python
+	$(BIN)/python -m pip install -q -c constraints.txt -e ".[test,recipes,docs]"
+	rm -f $(VENV)/.installed-test-*
+	touch $(TEST_STAMP)
+
+run: $(RUN_STAMP)
 	$(BIN)/python recipes/digits.py
 
-lint: $(STAMP)
+lint: $(TEST_STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 
@@ -36,19 +46,19 @@ else
 endif
 
 # The documentation site (mkdocs.yml, docs/): --strict fails on a broken link or reference.
-docs: $(STAMP)
+docs: $(TEST_STAMP)
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
 
-docs-serve: $(STAMP)
+docs-serve: $(TEST_STAMP)
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs serve
 
-bench: $(STAMP)
+bench: $(TEST_STAMP)
 	$(BIN)/python benchmarks/data_pipeline.py
 	$(BIN)/python benchmarks/trainer_vs_fit.py
 	$(BIN)/python benchmarks/batch_size.py
 
 # Re-execute the tutorials in notebooks/ in place, so that their stored outputs are fresh.
-notebooks: $(STAMP)
+notebooks: $(TEST_STAMP)
 	$(BIN)/python tests/test_notebooks.py
 
 # Refresh the pins to the newest releases setup.cfg allows, then run the tests on them.
@@ -56,9 +66,9 @@ upgrade:
 	rm -rf $(VENV)
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q --upgrade -e ".[$(EXTRAS)]"
+	$(BIN)/python -m pip install -q --upgrade -e ".[test,recipes,docs]"
 	$(BIN)/python -m pip freeze --exclude-editable > constraints.txt
-	touch $(VENV)/.installed-$$(cat setup.cfg pyproject.toml constraints.txt | cksum | cut -d' ' -f1)
+	touch $(VENV)/.installed-test-$$(cat setup.cfg pyproject.toml constraints.txt | cksum | cut -d' ' -f1)
 	$(MAKE) test
 
 clean:
