@@ -39,7 +39,7 @@ memory reads one global order (`tfaccel.data.order.global_order`), so the resume
 exact on the smaller job; other inputs are refused by the Trainer's resume (their
 batches depend on the worker count), never silently replayed or skipped.
 
-Output: see `launch_output` (gRPC lines of a normal shutdown hidden).
+Output: see `launcher.output` (gRPC lines of a normal shutdown hidden).
 """
 
 from __future__ import annotations

@@ -2,9 +2,9 @@
 
 Every source returns `(features, label)` elements (or bare features from
 `from_arrays(x)`), unbatched: batching, shuffling and caching are the pipeline's job
-(`tfaccel.data.pipeline`). Each kind lives in its own module (`arrays`, `tfds_source`,
-`csv_source`, `tfrecords`, `images`, `generators`); the metadata they record lives in
-`source_info`. This module re-exports them under their former names.
+(`tfaccel.data.pipeline`). Each kind lives in its own module (`arrays`, `tfds_split`,
+`csv_table` with `csv_rules`, `tfrecords`, `images` with `image_checks`, `generators`);
+the metadata they record lives in `info`.
 """
 
 from tfaccel.data.elements import AUTOTUNE, is_pair, require_pair
