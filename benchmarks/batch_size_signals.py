@@ -6,7 +6,7 @@ slower — while the knee reaches batch 32's final accuracy sooner. This script 
 two signals a tuner could afford, at points along one training run at the knee batch
 (Adam at the job's rate, as the tuner's warm-up trains):
 
-- B_simple (`tuning.noise.gradient_noise_scale`, batches of 8 and 128) after each of
+- B_simple (`tuning.gradient_noise_scale`, batches of 8 and 128) after each of
   `EXAMPLES` examples: does it grow as training goes on?
 - an equal-time race from the weights at each point: the model trained on at 32, 64 and
   128 (Adam, the rate scaled by the square root of the batch, as `tuning.recommend`

@@ -62,8 +62,8 @@ def tune_batch_size(
     job = args.epochs * examples if examples > 0 and args.epochs > 0 and not args.smoke else None
     if job:
         print(
-            f"--tune-batch-size: probing for at most {tuning.budget.PROBE_SHARE:.0%} of a job of "
-            f"{job:,} examples ({args.epochs} epochs x {examples:,}), once the first batch "
+            f"--tune-batch-size: probing for at most {tuning.batch.budget.PROBE_SHARE:.0%} of a "
+            f"job of {job:,} examples ({args.epochs} epochs x {examples:,}), once the first batch "
             "is timed (half for the candidates, half for the gradient noise scale); batches "
             "keep at least 20 steps an epoch"
         )

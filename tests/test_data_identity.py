@@ -13,6 +13,7 @@ import tensorflow as tf
 import tfaccel
 from tfaccel import data
 from tfaccel.data import fingerprint
+from tfaccel.data.build import cache as build_cache
 
 N = 32
 X = np.random.default_rng(3).normal(size=(N, 4)).astype("float32")
@@ -33,10 +34,10 @@ def labels_of(dataset):
 def test_a_cache_of_other_data_is_rebuilt_with_one_warning(tmp_path):
     path = str(tmp_path / "cache")
     labels_of(data.pipeline(labelled(0), batch_size=8, training=False, cache=path))
-    old = data.cache._read_record(path)["fingerprint"]
+    old = build_cache._read_record(path)["fingerprint"]
     with pytest.warns(data.CacheMismatchWarning) as caught:
         fresh = data.pipeline(labelled(1), batch_size=8, training=False, cache=path)
-    new = data.cache._read_record(path)["fingerprint"]
+    new = build_cache._read_record(path)["fingerprint"]
     assert len(caught) == 1 and old != new
     message = str(caught[0].message)
     for word in (path, old, new, "built from other data"):

@@ -9,6 +9,7 @@ import tensorflow as tf
 from PIL import Image
 
 from tfaccel import data
+from tfaccel.data.build import cache as build_cache
 from tfaccel.data.order import partial
 
 N = 40
@@ -282,7 +283,7 @@ def test_a_lock_held_by_a_live_iterator_is_left_alone(tmp_path):
     next(iterator)  # this process is writing the cache now
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        assert data.cache.recover_stale_lock(path) == []
+        assert build_cache.recover_stale_lock(path) == []
     assert os.path.exists(path + "_0.lockfile")
     assert list(iterator)[-1] == 99
 

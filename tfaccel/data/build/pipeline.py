@@ -199,39 +199,9 @@ def pipeline(
             not `(features, label)` pairs, or `preprocess` / `augment` /
             `batch_map` does not take one argument per element component.
     """
-    replicas = int(strategy.num_replicas_in_sync) if strategy is not None else 1
-    _check_arguments(source, batch_size, replicas, training, augment)
-    repeat = _checked_repeat(repeat)
-    sizing.check_request(shuffle_buffer)
-    if cache_mismatch not in cache_lib.MISMATCH_MODES:
-        raise ValueError(
-            f"cache_mismatch must be one of {cache_lib.MISMATCH_MODES}, got {cache_mismatch!r}."
-        )
+    config = _configure(dict(locals()))  # first line: locals() are exactly the arguments
     multi_worker = isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy)
-    if drop_remainder is None:  # kept unless XLA, or workers' shards that cannot be evened
-        uneven = multi_worker and not partial.can_even_shards(source)
-        drop_remainder = bool(training and (jit_compile or uneven))
-    config = stages.Config(
-        source=source,
-        batch_size=batch_size,
-        training=bool(training),
-        preprocess=preprocess,
-        augment=augment,
-        cache=cache_lib.check_cache(cache),
-        shuffle_buffer=shuffle_buffer if training else None,
-        shuffle_budget_mb=shuffle_budget_mb,
-        seed=stages.check_seed(seed),
-        deterministic=(seed is not None or not training)
-        if deterministic is None
-        else deterministic,
-        repeat=repeat,
-        drop_remainder=bool(drop_remainder),
-        batch_map=batch_map,
-        replicas=replicas,
-        check_finite=bool(check_finite),
-        cache_mismatch=cache_mismatch,
-        service=service_stage.info_of(service, service_mode),
-    )
+    replicas = config.replicas
     if replicas > 1 or multi_worker:
         fn = DatasetFn(config, strategy)
         context = fn.input_context()  # this worker's pipeline, built so that bad input
@@ -241,6 +211,46 @@ def pipeline(
     # Without the dataset itself: a cycle would keep a file cache owned until collected.
     remember(built)
     return built.dataset
+
+
+def _configure(args: dict) -> stages.Config:
+    """`pipeline`'s arguments checked and resolved (the remainder, determinism) into the
+    stages' `Config`."""
+    strategy, training, seed = args["strategy"], args["training"], args["seed"]
+    replicas = int(strategy.num_replicas_in_sync) if strategy is not None else 1
+    _check_arguments(args["source"], args["batch_size"], replicas, training, args["augment"])
+    sizing.check_request(args["shuffle_buffer"])
+    mismatch = args["cache_mismatch"]
+    if mismatch not in cache_lib.MISMATCH_MODES:
+        raise ValueError(
+            f"cache_mismatch must be one of {cache_lib.MISMATCH_MODES}, got {mismatch!r}."
+        )
+    drop_remainder, deterministic = args["drop_remainder"], args["deterministic"]
+    if drop_remainder is None:  # kept unless XLA, or workers' shards that cannot be evened
+        multi_worker = isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy)
+        uneven = multi_worker and not partial.can_even_shards(args["source"])
+        drop_remainder = bool(training and (args["jit_compile"] or uneven))
+    if deterministic is None:
+        deterministic = seed is not None or not training
+    return stages.Config(
+        source=args["source"],
+        batch_size=args["batch_size"],
+        training=bool(training),
+        preprocess=args["preprocess"],
+        augment=args["augment"],
+        cache=cache_lib.check_cache(args["cache"]),
+        shuffle_buffer=args["shuffle_buffer"] if training else None,
+        shuffle_budget_mb=args["shuffle_budget_mb"],
+        seed=stages.check_seed(seed),
+        deterministic=deterministic,
+        repeat=_checked_repeat(args["repeat"]),
+        drop_remainder=bool(drop_remainder),
+        batch_map=args["batch_map"],
+        replicas=replicas,
+        check_finite=bool(args["check_finite"]),
+        cache_mismatch=mismatch,
+        service=service_stage.info_of(args["service"], args["service_mode"]),
+    )
 
 
 def _check_arguments(source, batch_size, replicas: int, training, augment) -> None:
