@@ -23,7 +23,7 @@ def check_sample_weight(x, y, weights) -> None:
     labels = tuple(np.shape(y)) if not isinstance(y, (dict, tuple)) else None
     if shape and shape[0] != count:
         raise ValueError(
-            f"sample_weight has {shape[0]} count but x has {count} examples; give one weight "
+            f"sample_weight has {shape[0]} rows but x has {count} examples; give one weight "
             "per example (shape (N,))."
         )
     if shape not in ((count,), (count, 1), labels):
