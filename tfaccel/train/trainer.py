@@ -23,7 +23,15 @@ from tfaccel.data.build.feed import Feed, has_static_batch
 from tfaccel.data.checks.label_contract import check as check_labels
 from tfaccel.train.loop import loop_size
 from tfaccel.train.loop.fit_loop import FitLoop, Schedule
-from tfaccel.train.setup import arguments, array_inputs, compiled, inputs, remainder, settings
+from tfaccel.train.setup import (
+    arguments,
+    array_inputs,
+    compiled,
+    inputs,
+    remainder,
+    settings,
+    xla_choice,
+)
 from tfaccel.train.state import saving
 from tfaccel.train.state.policies import Checkpointing, FaultPolicy
 from tfaccel.train.step import accumulation, iterators, precision_step
@@ -61,8 +69,12 @@ class Trainer:
             it, at most 2 s a call (the settings table shows n and the overhead). Always
             clipped to the epoch and to checkpoint boundaries. Callbacks' batch hooks
             fire once per loop; the numbers do not depend on n.
-        jit_compile: True, False or "auto" (XLA on a single GPU when every layer
-            supports it; never on CPU, where it is slower).
+        jit_compile: True, False or "auto": at the first `fit`, the model's passes are
+            timed with and without XLA as `precision="auto"` times policies (and together
+            with them when precision is "auto" too); XLA only when it is 5 % faster and
+            equal in loss, and only on a job long enough for the probe, compilation
+            included, to stay within 5 % of it (`tfaccel.train.setup.xla_choice`). Until
+            then, and otherwise, un-jitted; the settings table shows both rates and why.
         accumulate_steps: sum the gradients of this many consecutive batches on each
             replica, then all-reduce and apply them once (effective global batch =
             k × the dataset's global batch). Epochs, `steps_per_epoch` and
@@ -140,6 +152,7 @@ class Trainer:
                 compiled.metrics_in_scope(setup.weighted_metrics, self.strategy),
             )
         self.jit_compile = settings.resolve_jit_compile(jit_compile, self.model, self.strategy)
+        self._auto_jit, self.jit_choice = jit_compile == "auto", None  # measured at the first fit
         self._on_oom = on_oom
         self._make_runner()
         if self._precision is not None and self._precision != self.model.dtype_policy.name:
@@ -182,22 +195,21 @@ class Trainer:
         if self.precision_choice is None:
             self.precision_choice = precision.Choice(policy, reason)
 
-    def _choose_precision(self, feed: Feed, steps_per_epoch) -> None:
-        """`precision="auto"`, at the first fit: times the candidates, trains the fastest."""
-        if not self._auto_precision or self.precision_choice is not None:
-            return
-        if self.runner.loops is not None:  # evaluate ran first: the step exists already
-            self.precision_choice = precision.Choice(
-                self.model.dtype_policy.name, "kept: evaluate ran before the first fit"
-            )
-            return
-        choice = precision_step.choose_for_feed(
-            self.model, self.loss, self.strategy, feed, self._builder, steps_per_epoch
-        )
-        self.precision_choice = choice
-        logger.info("precision='auto': %s", choice.describe())
-        if choice.policy != self.model.dtype_policy.name:
+    def _choose_step(self, feed: Feed, steps_per_epoch, epochs: int) -> None:
+        """`precision="auto"` and `jit_compile="auto"`, at the first fit: times the candidate
+        steps together (`xla_choice.choose_autos`), trains the fastest."""
+        choice, xla = xla_choice.choose_autos(self, feed, steps_per_epoch, epochs)
+        jit_changed = xla is not None and xla.jit_compile != self.jit_compile
+        if xla is not None:
+            self.jit_choice, self.jit_compile = xla, xla.jit_compile
+            logger.info("jit_compile='auto': %s", xla.describe())
+        if choice is not None:
+            self.precision_choice = choice
+            logger.info("precision='auto': %s", choice.describe())
+        if choice is not None and choice.policy != self.model.dtype_policy.name:
             self._train_under(choice.policy, choice.reason)
+        elif jit_changed:
+            self._make_runner(self.model.dtype_policy.name)
 
     # The runner's state, under the names Trainer users know.
     step = property(lambda self: self.runner.step, doc="The global step (applied steps).")
@@ -392,7 +404,7 @@ class Trainer:
         checkpointing = Checkpointing(checkpoint_dir, checkpoint_every, keep, resume)
         faults = FaultPolicy(divergence_loops, restore_on_divergence, exit_on_preemption)
         train = Feed(train_data, self.strategy, what="training")
-        self._choose_precision(train, steps_per_epoch)
+        self._choose_step(train, steps_per_epoch, epochs - initial_epoch)
         self.feed(train, steps=steps_per_epoch)
         remainder.warn_if_dropped(train, self.jit_compile)
         if validation_data is not None:

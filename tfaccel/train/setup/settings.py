@@ -18,7 +18,7 @@ def unsupported_jit_layers(model) -> list[str]:
 
 
 def resolve_jit_compile(value, model, strategy) -> bool:
-    """`"auto"`: XLA on a GPU, single replica, when every layer supports it; never on CPU.
+    """`"auto"` is False until measured at the first fit (`xla_choice`); True or False as given.
 
     Raises:
         ValueError: `jit_compile=True` with a layer that does not support XLA.
@@ -30,12 +30,7 @@ def resolve_jit_compile(value, model, strategy) -> bool:
             "Pass jit_compile=False or 'auto'."
         )
     if value == "auto":
-        return bool(
-            tf.config.list_logical_devices("GPU")
-            and strategy.num_replicas_in_sync == 1
-            and not bad
-            and not tf.config.is_op_determinism_enabled()
-        )
+        return False
     if not isinstance(value, bool):
         raise ValueError(f"jit_compile must be True, False or 'auto', got {value!r}.")
     return value
@@ -77,7 +72,7 @@ def resolve(trainer, feed, steps_per_epoch: int | None) -> dict:
         "drop_remainder": _dropped_text(feed),
         "dtype_policy": trainer.precision_choice.describe() if trainer.precision_choice else policy,
         "loss_scale": loss_scale_of(trainer.optimizer) or "none",
-        "jit_compile": trainer.jit_compile,
+        "jit_compile": trainer.jit_choice.describe() if trainer.jit_choice else trainer.jit_compile,
         "steps_per_epoch": _steps_text(steps_per_epoch, k),
         "steps_per_loop": trainer.loop_sizer.describe(steps_per_epoch),
         "devices": _device_names(trainer.strategy),

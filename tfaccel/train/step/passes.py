@@ -28,6 +28,7 @@ class GradientLoops:
         self._replica_fn = tf.function(self._replica, jit_compile=True) if jit_compile else None
         self.with_all_reduce = tf.function(lambda it, n: self._loop(it, n, True))
         self.without = tf.function(lambda it, n: self._loop(it, n, False))
+        self._loss = None
 
     def _replica(self, data, reduce: bool):
         x, y, sample_weight = unpack(data)
@@ -48,6 +49,24 @@ class GradientLoops:
             out = self.strategy.run(replica, args=(next(iterator), reduce))
             total += tf.add_n(list(self.strategy.experimental_local_results(out)))
         return total
+
+    def loss_once(self, iterator) -> float:
+        """The loss of the next batch in inference mode (no dropout), compiled as the passes."""
+        if self._loss is None:
+            replica = self._replica_loss
+            if self._replica_fn is not None:
+                replica = tf.function(replica, jit_compile=True)
+            self._loss = tf.function(
+                lambda it: self.strategy.reduce(
+                    "SUM", self.strategy.run(replica, args=(next(it),)), axis=None
+                )
+            )
+        return float(self._loss(iterator))
+
+    def _replica_loss(self, data):
+        x, y, sample_weight = unpack(data)
+        per_example = self.loss(y, self.model(x, training=False), sample_weight)
+        return tf.cast(tf.nn.compute_average_loss(per_example), tf.float32)
 
     def seconds(self, reduce: bool, iterator, steps: int, calls: int) -> list[float]:
         fn = self.with_all_reduce if reduce else self.without

@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import random
+import re
 import time
 
 import keras
@@ -98,32 +99,86 @@ def time_policies(
     Returns `{"rates": {policy: examples/s}, "steps": steps per timed call, "rounds",
     "seconds": the whole probe, "timed_s": the timed rounds, "budget_s"}`.
     """
+    steps = [(p, False) for p in policies]
+    measured = time_steps(
+        model, loss, strategy, feed, steps, builder=builder, epoch_steps=epoch_steps
+    )
+    measured["rates"] = {p: measured["rates"][(p, False)] for p in policies}
+    return measured
+
+
+def time_steps(
+    model, loss, strategy, feed, candidates, *, builder=None, epoch_steps=None, admit=None
+) -> dict:
+    """Examples/s of each candidate step `(policy, jit_compile)`, and what it cost.
+
+    The first candidate (un-jitted) is the reference of the timed rounds' budget, as in
+    `time_policies`. The un-jitted candidates warm up first; then `admit(readings)`
+    ({candidate: (first call s, one step s)}) may return why the jitted ones are not
+    worth compiling; one XLA cannot compile is dropped with the reason. Where a jitted
+    candidate remains, each candidate's loss on the cached batch is read (inference mode).
+
+    Returns `time_policies`' dict keyed by candidate, with `"losses"` and `"dropped"`
+    ({candidate: why it was not timed}).
+    """
     began = time.perf_counter()
     batch = feed.global_batch
     with random_states_kept(), strategy.scope():
-        copies = {p: under(model, p, builder) for p in policies}
+        copies = {p: under(model, p, builder) for p in dict.fromkeys(p for p, _ in candidates)}
         cached = iterators.adopt(iter(feed.one_batch().distribute(endless=True)))
-        loops = {p: GradientLoops(m, loss, strategy) for p, m in copies.items()}
-        first = {p: loop.seconds(False, cached, 1, 2)[-1] for p, loop in loops.items()}
-        budget = max(SHARE * first[policies[0]] * (epoch_steps or 0), FLOOR_S)
-        per_call = budget / (ROUNDS * len(policies))
-        steps = int(agree(strategy, max(1, min(round(per_call / max(first.values())), 1000))))
-        best = dict.fromkeys(policies, float("inf"))
+        loops = {c: GradientLoops(copies[c[0]], loss, strategy, c[1]) for c in candidates}
+        first, dropped = _warm_up(loops, cached, admit)
+        live = [c for c in candidates if c in first]
+        budget = max(SHARE * first[live[0]][1] * (epoch_steps or 0), FLOOR_S)
+        per_call = budget / (ROUNDS * len(live))
+        slowest = max(step for _, step in first.values())
+        steps = int(agree(strategy, max(1, min(round(per_call / slowest), 1000))))
+        best = dict.fromkeys(live, float("inf"))
         timed = time.perf_counter()
         for r in range(ROUNDS):
-            for p in policies if r % 2 == 0 else list(reversed(policies)):
-                best[p] = min(best[p], loops[p].seconds(False, cached, steps, 1)[0])
+            for c in live if r % 2 == 0 else list(reversed(live)):
+                best[c] = min(best[c], loops[c].seconds(False, cached, steps, 1)[0])
         timed_s = time.perf_counter() - timed
-        best = {p: agree(strategy, s) for p, s in best.items()}  # the slowest worker's: one choice
+        best = {c: agree(strategy, s) for c, s in best.items()}  # the slowest worker's: one choice
+        jitted = any(jit for _, jit in live)
+        losses = {c: loops[c].loss_once(cached) for c in live} if jitted else {}
     del cached, loops, copies
     return {
-        "rates": {p: (batch or 1) * steps / best[p] for p in policies},
+        "rates": {c: (batch or 1) * steps / best[c] for c in live},
+        "losses": losses,
+        "dropped": dropped,
         "steps": steps,
         "rounds": ROUNDS,
         "seconds": time.perf_counter() - began,
         "timed_s": timed_s,
         "budget_s": budget,
     }
+
+
+def _warm_up(loops: dict, cached, admit) -> tuple[dict, dict]:
+    """Traces and times one step of each candidate, the un-jitted first (see `time_steps`)."""
+    first = {c: tuple(loop.seconds(False, cached, 1, 2)) for c, loop in loops.items() if not c[1]}
+    jitted = [c for c in loops if c[1]]
+    why = admit(first) if admit is not None and jitted else None
+    dropped = {}
+    for c in jitted:
+        if why:
+            dropped[c] = why
+            continue
+        try:
+            first[c] = tuple(loops[c].seconds(False, cached, 1, 2))
+        except (tf.errors.InvalidArgumentError, tf.errors.UnimplementedError) as error:
+            dropped[c] = f"XLA cannot compile the model's step ({_unsupported(error)})"
+    return first, dropped
+
+
+def _unsupported(error: Exception) -> str:
+    """The ops XLA named as unsupported, else the error's first line."""
+    text = str(error).strip()
+    found = re.search(r"on XLA_\w+: (.+?) \(No registered", text)
+    if found:
+        return f"unsupported op(s): {found.group(1)}"
+    return (text.splitlines() or [type(error).__name__])[0][:200]
 
 
 def choose(model, loss, strategy, feed, *, builder=None, epoch_steps=None) -> precision.Choice:
