@@ -127,7 +127,7 @@ def time_steps(
         copies = {p: under(model, p, builder) for p in dict.fromkeys(p for p, _ in candidates)}
         cached = iterators.adopt(iter(feed.one_batch().distribute(endless=True)))
         loops = {c: GradientLoops(copies[c[0]], loss, strategy, c[1]) for c in candidates}
-        first, dropped = _warm_up(loops, cached, admit)
+        first, dropped = _warm_up(loops, cached, admit, strategy)
         live = [c for c in candidates if c in first]
         budget = max(SHARE * first[live[0]][1] * (epoch_steps or 0), FLOOR_S)
         per_call = budget / (ROUNDS * len(live))
@@ -155,11 +155,13 @@ def time_steps(
     }
 
 
-def _warm_up(loops: dict, cached, admit) -> tuple[dict, dict]:
+def _warm_up(loops: dict, cached, admit, strategy) -> tuple[dict, dict]:
     """Traces and times one step of each candidate, the un-jitted first (see `time_steps`)."""
     first = {c: tuple(loop.seconds(False, cached, 1, 2)) for c, loop in loops.items() if not c[1]}
     jitted = [c for c in loops if c[1]]
     why = admit(first) if admit is not None and jitted else None
+    if jitted and agree(strategy, float(why is not None)) and not why:  # the workers agree
+        why = "declined: another worker's first readings project a probe over its share"
     dropped = {}
     for c in jitted:
         if why:
