@@ -149,52 +149,27 @@ def find_batch_size(
         NoBatchSizeFitsError: not even the smallest batch tried fits.
     """
     began = time.perf_counter()  # the data's conversion counts against the time limit too
-    probes.check_int("start", start, 1)
-    probes.check_int("granularity", granularity, 1)
-    probes.check_int("steps", steps, 1)
-    probes.check_int("min_steps_per_epoch", min_steps_per_epoch, 1)
-    if noise_warmup is not None:
-        probes.check_int("noise_warmup", noise_warmup, 0)
-    if limit is not None:
-        probes.check_int("limit", limit, 1)
-        if limit < start:
-            raise ValueError(
-                f"limit ({limit}) is smaller than start ({start}): no candidate to try. "
-                "Lower start or raise limit (or pass limit=None)."
-            )
-    if mode not in MODES:
-        raise ValueError(f"Unknown mode {mode!r}. Expected one of {MODES}.")
-    if isinstance(knee, bool) or not isinstance(knee, (int, float)) or not 0 <= knee < 1:
-        raise ValueError(f"knee must be a fraction in [0, 1), e.g. 0.05 for 5 %; got {knee!r}.")
-    if effective_batch_size is not None:
-        probes.check_int("effective_batch_size", effective_batch_size, 1)
-    if budget_s is not None and (isinstance(budget_s, bool) or not budget_s >= 0):
-        raise ValueError(f"budget_s must be a number of seconds >= 0, got {budget_s!r}.")
-    if job_examples is not None:
-        probes.check_int("job_examples", job_examples, 1)
-    if memory_budget_mb is not None and not memory_budget_mb > 0:
-        raise ValueError(f"memory_budget_mb must be > 0 MiB, got {memory_budget_mb!r}.")
-    if not callable(build_model):
-        raise TypeError(
-            f"build_model must be a zero-argument callable returning a keras.Model, got "
-            f"{type(build_model).__name__}. Pass the function, not a model: e.g. "
-            "find_batch_size(lambda: make_model(), ...)."
-        )
+    _check_arguments(
+        build_model,
+        start=start,
+        limit=limit,
+        mode=mode,
+        granularity=granularity,
+        steps=steps,
+        min_steps_per_epoch=min_steps_per_epoch,
+        noise_warmup=noise_warmup,
+        knee=knee,
+        effective_batch_size=effective_batch_size,
+        budget_s=budget_s,
+        job_examples=job_examples,
+        memory_budget_mb=memory_budget_mb,
+    )
     dataset = inputs.without_rewrites(inputs.to_unbatched_dataset(data))
     strategy = strategy or tf.distribute.get_strategy()
     replicas = strategy.num_replicas_in_sync
-    if effective_batch_size is not None and effective_batch_size % replicas:
-        raise ValueError(
-            f"effective_batch_size={effective_batch_size} is not a multiple of the "
-            f"{replicas} replicas in sync: each replica needs an equal share. Use "
-            f"{-(-effective_batch_size // replicas) * replicas}, for example."
-        )
-
-    gpus = [d.name for d in tf.config.list_logical_devices("GPU")]
-    meter = MemoryMeter(probes.strategy_gpus(strategy, gpus))
-    budget = memory_budget_mb
-    if budget is None:
-        budget = meter.default_budget_mb()
+    _check_effective(effective_batch_size, replicas)
+    meter = MemoryMeter(probes.strategy_gpus(strategy, _gpu_names()))
+    budget = meter.default_budget_mb() if memory_budget_mb is None else memory_budget_mb
     search = probes.Search(
         build_model,
         dataset,
@@ -210,42 +185,142 @@ def find_batch_size(
     search.noise_asked, search.noise_warmup = noise_scale, noise_warmup
     if effective_batch_size is None and min_steps_per_epoch > 1:
         search.min_steps_per_epoch = min_steps_per_epoch
+    multiple = math.lcm(granularity, replicas)
+    largest = _explore(search, start, limit, mode, multiple, replicas)
+    if confirm:
+        search.confirm_knee(knee)
+    chosen = _choose(
+        search, largest, knee, noise_scale, noise_warmup, min_steps_per_epoch, multiple
+    )
+    return _report(search, chosen, mode, knee, budget, meter.on_gpu, began, effective_batch_size)
+
+
+def _report(search, chosen, mode, knee, budget, on_gpu, began, effective) -> BatchSizeReport:
+    """The report of a search and of `_choose`'s decision."""
+    step = chosen["step"]
+    replicas = search.strategy.num_replicas_in_sync
+    return BatchSizeReport(
+        max_batch_size=chosen["max_batch_size"],
+        best_batch_size=chosen["best"],
+        rows=search.rows,
+        mode=mode,
+        knee=float(knee),
+        memory_budget_mb=None if budget is None else float(budget),
+        memory_kind="device" if on_gpu else "host",
+        probe_seconds=time.perf_counter() - began,
+        effective_batch_size=effective,
+        capped_by=chosen["capped_by"],
+        examples=search.examples,
+        noise_scale=None if step is None else step.b_simple,
+        noise_scale_note="not asked for" if step is None else step.note,
+        noise_scale_error=None if step is None else step.relative_error,
+        limits=chosen["limits"],
+        decided_by=chosen["decided_by"],
+        accumulate_steps=(
+            None
+            if effective is None
+            else accumulation_for(effective, chosen["max_batch_size"], replicas)
+        ),
+    )
+
+
+def _check_arguments(build_model, **a) -> None:
+    """`find_batch_size`'s argument checks (the messages say what to pass instead)."""
+    for name in ("start", "granularity", "steps", "min_steps_per_epoch"):
+        probes.check_int(name, a[name], 1)
+    if a["noise_warmup"] is not None:
+        probes.check_int("noise_warmup", a["noise_warmup"], 0)
+    if a["limit"] is not None:
+        probes.check_int("limit", a["limit"], 1)
+        if a["limit"] < a["start"]:
+            raise ValueError(
+                f"limit ({a['limit']}) is smaller than start ({a['start']}): no candidate to "
+                "try. Lower start or raise limit (or pass limit=None)."
+            )
+    if a["mode"] not in MODES:
+        raise ValueError(f"Unknown mode {a['mode']!r}. Expected one of {MODES}.")
+    knee = a["knee"]
+    if isinstance(knee, bool) or not isinstance(knee, (int, float)) or not 0 <= knee < 1:
+        raise ValueError(f"knee must be a fraction in [0, 1), e.g. 0.05 for 5 %; got {knee!r}.")
+    if a["effective_batch_size"] is not None:
+        probes.check_int("effective_batch_size", a["effective_batch_size"], 1)
+    budget_s = a["budget_s"]
+    if budget_s is not None and (isinstance(budget_s, bool) or not budget_s >= 0):
+        raise ValueError(f"budget_s must be a number of seconds >= 0, got {budget_s!r}.")
+    if a["job_examples"] is not None:
+        probes.check_int("job_examples", a["job_examples"], 1)
+    memory = a["memory_budget_mb"]
+    if memory is not None and not memory > 0:
+        raise ValueError(f"memory_budget_mb must be > 0 MiB, got {memory!r}.")
+    if not callable(build_model):
+        raise TypeError(
+            f"build_model must be a zero-argument callable returning a keras.Model, got "
+            f"{type(build_model).__name__}. Pass the function, not a model: e.g. "
+            "find_batch_size(lambda: make_model(), ...)."
+        )
+
+
+def _check_effective(effective_batch_size: int | None, replicas: int) -> None:
+    if effective_batch_size is not None and effective_batch_size % replicas:
+        raise ValueError(
+            f"effective_batch_size={effective_batch_size} is not a multiple of the "
+            f"{replicas} replicas in sync: each replica needs an equal share. Use "
+            f"{-(-effective_batch_size // replicas) * replicas}, for example."
+        )
+
+
+def _gpu_names() -> list[str]:
+    return [d.name for d in tf.config.list_logical_devices("GPU")]
+
+
+def _explore(search, start, limit, mode, multiple: int, replicas: int) -> int:
+    """The candidates, tried (`probes.explore`) with the objects alive now out of the way of
+    Python's collector; returns the largest batch that fits."""
     gc.collect()
     gc.freeze()  # later collections skip everything alive now (TensorFlow's own objects)
     try:
-        largest = probes.explore(
-            search, start, limit, mode, math.lcm(granularity, replicas), replicas
-        )
+        return probes.explore(search, start, limit, mode, multiple, replicas)
     finally:
         gc.unfreeze()
         release_memory()  # the last probe's data (its model is kept for the noise scale)
-    if confirm:
-        search.confirm_knee(knee)
-    rows = search.rows
-    max_batch_size = max(r.batch_size for r in rows if r.fits)
-    knee_batch = knee_batch_size(rows, knee) or largest
+
+
+def _capped_by(rows) -> str | None:
+    """What ended the search: the data, steps per epoch, the limit, time, or memory."""
     ends = ("data", "steps per epoch", "limit", "time")
     capped_by = next((r.reason for r in rows if r.reason in ends), None)
     if any(r.reason in ("oom", "budget") for r in rows):
         capped_by = "memory"
+    return capped_by
+
+
+def _noise_step(search, noise_scale: bool, max_batch: int, knee_batch: int, warmup):
+    """The noise scale's reading (`noise_probe.NoiseStep`), or None when not asked for."""
+    if not noise_scale:
+        search.last_model = None
+        return None
+    if knee_batch <= min(r.batch_size for r in search.rows if r.fits):
+        # The noise scale only stops an increase, and there is none: not measured.
+        search.last_model = None
+        return noise_probe.NoiseStep(
+            None, 0, 0.0, "not measured: no batch above the first was faster (nothing to bound)"
+        )
+    return noise_probe.measure(search, search.time_limit, max_batch, knee_batch, warmup)
+
+
+def _choose(search, largest, knee, noise_scale, noise_warmup, min_steps_per_epoch, multiple):
+    """The best batch from the rows: the throughput knee, then each bound below it (the
+    noise scale, steps per epoch), then the soonest to a loss; with what decided it."""
+    rows = search.rows
+    max_batch_size = max(r.batch_size for r in rows if r.fits)
+    knee_batch = knee_batch_size(rows, knee) or largest
+    capped_by = _capped_by(rows)
     best, decided_by = knee_batch, "throughput knee"
     if knee_batch == max_batch_size and capped_by in ("memory", "steps per epoch"):
         decided_by = capped_by  # examples/s still grew at the largest batch allowed
     limits = {"memory": max_batch_size, "throughput knee": knee_batch}
-    if not noise_scale:
-        search.last_model = None
+    step = _noise_step(search, noise_scale, max_batch_size, knee_batch, noise_warmup)
     bounds = []  # (the largest batch it allows, its name)
-    step = None
-    if noise_scale and knee_batch <= min(r.batch_size for r in rows if r.fits):
-        # The noise scale only stops an increase, and there is none: not measured.
-        step = noise_probe.NoiseStep(
-            None, 0, 0.0, "not measured: no batch above the first was faster (nothing to bound)"
-        )
-        search.last_model = None
-    elif noise_scale:
-        step = noise_probe.measure(
-            search, search.time_limit, max_batch_size, knee_batch, noise_warmup
-        )
     if step is not None:
         limits["noise scale"] = step.b_simple
         if step.reliable:  # too noisy an estimate is reported, not applied
@@ -254,7 +329,6 @@ def find_batch_size(
         limits["steps per epoch"] = search.examples // min_steps_per_epoch
         bounds.append((limits["steps per epoch"], "steps per epoch"))
     fitting = sorted(r.batch_size for r in rows if r.fits)
-    multiple = math.lcm(granularity, replicas)
     for bound, name in bounds:
         # The largest batch tried within the bound, or the bound itself rounded down to
         # the granularity (it fits: a larger batch did); the smallest tried at least.
@@ -270,29 +344,14 @@ def find_batch_size(
         limits["time to accuracy"] = soonest
         if soonest < best:
             best, decided_by = soonest, "time to accuracy"
-    return BatchSizeReport(
-        max_batch_size=max_batch_size,
-        best_batch_size=best,
-        rows=rows,
-        mode=mode,
-        knee=float(knee),
-        memory_budget_mb=None if budget is None else float(budget),
-        memory_kind="device" if meter.on_gpu else "host",
-        probe_seconds=time.perf_counter() - began,
-        effective_batch_size=effective_batch_size,
-        capped_by=capped_by,
-        examples=search.examples,
-        noise_scale=None if step is None else step.b_simple,
-        noise_scale_note="not asked for" if step is None else step.note,
-        noise_scale_error=None if step is None else step.relative_error,
-        limits=limits,
-        decided_by=decided_by,
-        accumulate_steps=(
-            None
-            if effective_batch_size is None
-            else accumulation_for(effective_batch_size, max_batch_size, replicas)
-        ),
-    )
+    return {
+        "best": best,
+        "decided_by": decided_by,
+        "limits": limits,
+        "capped_by": capped_by,
+        "max_batch_size": max_batch_size,
+        "step": step,
+    }
 
 
 def accumulation_for(effective: int, largest: int, replicas: int = 1) -> int:
