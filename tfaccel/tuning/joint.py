@@ -21,10 +21,12 @@ from tfaccel.tuning.batch import budget, inputs
 from tfaccel.tuning.batch.recommend import Recommendation, before_probing, recommend
 from tfaccel.tuning.batch.report import BatchSizeReport
 from tfaccel.tuning.batch.search import find_batch_size
+from tfaccel.tuning.lr import sizing as lr_sizing
 from tfaccel.tuning.lr.finder import find_learning_rate
 from tfaccel.tuning.lr.report import LearningRateReport
 
 RAMP_BELOW, RAMP_ABOVE = 1e3, 1e2  # the rate's ramp: from rate / 1000 to rate × 100
+PROBE_STEPS = 5  # timed steps a batch candidate (`find_batch_size`'s `steps`)
 
 
 @dataclasses.dataclass
@@ -111,8 +113,11 @@ def tune(
     its suggestion wins, and without one the scaled rate stays (`note` says why).
     With `epochs` or `job_examples` both steps together keep within the batch
     tuner's bound, `budget.PROBE_SHARE` (10 %) of the job's time at the examples/s
-    measured; the rate step is skipped when nothing is left, and its ramp is sized to
-    the job (`find_learning_rate`'s `job_examples`: too small a job runs no ramp).
+    measured; the rate step is skipped when nothing is left, when the batch search
+    declined at its first reading, or when that reading projects the range test (a
+    build and trace as the first probe's, then its ramp) past what is left — `note`
+    then says from what job size it fits. Its ramp is sized to the job
+    (`find_learning_rate`'s `job_examples`: too small a job runs no ramp).
 
     Args:
         build_model: zero-argument callable returning an uncompiled `keras.Model`.
@@ -144,8 +149,12 @@ def tune(
     eps = report.best_examples_per_second if report is not None else None
     left = _rate_budget(time.perf_counter() - began, job_examples, eps, budget_s)
     rate_report, note, rate = None, "", choice.learning_rate
+    declined = _declined(report, choice, left, lr_steps, job_examples, budget_s, began)
     if left is not None and left <= 0:
         note = "the range test was skipped: the tuning bound was spent on the batch"
+        note += f" (the batch search {report.declined})" if report and report.declined else ""
+    elif declined:
+        note = declined
     else:
         rate_report = _range_test(
             build_model, dataset, choice, loss, optimizer, strategy, lr_steps, left, job_examples
@@ -176,10 +185,43 @@ def _batch_step(build_model, dataset, examples, loss, strategy, users, job_examp
         optimizer=users["optimizer"],
         strategy=strategy,
         start=max(users["batch_size"], replicas),
+        steps=PROBE_STEPS,
         job_examples=job_examples,
         budget_s=budget_s,
     )
     return recommend(report, **users, replicas=replicas), report
+
+
+def _declined(report, choice, left, lr_steps, job_examples, budget_s, began) -> str | None:
+    """Why the range test is not started: the batch search declined at its first reading,
+    or that reading projects the test (a build and trace as the first probe's, then its
+    ramp at the measured examples/s) past what is left of the bound. None: run it."""
+    if report is None or left is None:
+        return None
+    if report.declined:
+        return f"the range test was skipped: the batch search {report.declined}"
+    first = next(r for r in report.rows if r.fits and r.examples_per_second)
+    ramp = lr_steps
+    if job_examples:
+        ramp, needed, _ = lr_sizing.ramp_steps(job_examples, choice.batch_size, lr_steps)
+        if ramp < needed:
+            return None  # the finder declines at no cost, and says why
+    rate = budget.rate_at(report.rows, choice.batch_size)
+    fixed = budget.fixed_seconds(first, PROBE_STEPS)
+    projected = fixed + ramp * choice.batch_size / rate
+    if projected <= left:
+        return None
+    spent = time.perf_counter() - began
+    text = (
+        f"the range test was skipped at the batch search's first reading: it would take "
+        f"{projected:.2g} s (a build and trace of {fixed:.2g} s, {ramp} steps at batch "
+        f"{choice.batch_size}), more than the {max(left, 0.0):.2g} s left of the bound"
+    )
+    if not job_examples or (budget_s is not None and budget_s < spent + projected):
+        return f"{text}; from budget_s={spent + projected:.2g} up it fits"
+    eps = report.best_examples_per_second or rate
+    threshold = math.ceil((spent + projected) * eps / budget.PROBE_SHARE)
+    return f"{text} ({budget.PROBE_SHARE:.0%} of the job); from {threshold:,} examples up it fits"
 
 
 def _range_test(build_model, dataset, choice, loss, optimizer, strategy, steps, left, job_examples):

@@ -128,3 +128,33 @@ class TimeLimit:
             )
             self.announced = True
         return self.elapsed() + predicted + kept >= limit
+
+
+def declined(limit: TimeLimit, rows: list[ProbeRow], batch: int, steps: int, reserve=None) -> str:
+    """Why the search stopped at its first reading: what it spent, what a probe of `batch`
+    would cost, and from what job size (or `budget_s`) that probe fits."""
+    ran = [r for r in rows if r.fits and r.examples_per_second]
+    last, spent = ran[-1], limit.elapsed()
+    predicted = fixed_seconds(last, steps) + (steps + 1) * batch / last.examples_per_second
+    needed = _with_reserve(spent + predicted, reserve)  # the smallest limit it fits in
+    text = f"declined at the first reading, after {spent:.2g} s"
+    if limit.job_examples is not None:
+        job_s = limit.job_examples / max(r.examples_per_second for r in ran)
+        text += f" ({spent / job_s:.1%} of the job's {job_s:.3g} s)"
+    text += f": a probe of batch {batch} would take {predicted:.2g} s more"
+    if limit.job_examples is None or (limit.budget_s is not None and limit.budget_s < needed):
+        return f"{text}, past budget_s={limit.budget_s:g}; from budget_s={needed:.2g} up it fits"
+    threshold = math.ceil(needed * fastest_after(rows, batch) / PROBE_AIM)
+    return (
+        f"{text}, past {PROBE_AIM:.1%} of the job; from {threshold:,} examples up, "
+        f"a probe of batch {batch} fits"
+    )
+
+
+def _with_reserve(seconds: float, reserve) -> float:
+    """The least limit L with `seconds + reserve(L) <= L` (the reserve grows at most half
+    as fast as the limit: the iteration converges)."""
+    limit = seconds
+    for _ in range(60):
+        limit = seconds + (reserve(limit) if reserve is not None else 0.0)
+    return limit * (1 + 1e-9)

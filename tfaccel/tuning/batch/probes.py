@@ -15,7 +15,7 @@ import tensorflow as tf
 
 from tfaccel.callbacks._steps import wait_for
 from tfaccel.errors import NoBatchSizeFitsError
-from tfaccel.tuning.batch import inputs, noise_probe
+from tfaccel.tuning.batch import budget, inputs, noise_probe
 from tfaccel.tuning.batch.memory import MemoryMeter, predict_mb
 from tfaccel.tuning.batch.report import ProbeRow, knee_batch_size
 from tfaccel.tuning.oom import (
@@ -92,6 +92,7 @@ class Search:
         # candidate costs its steps and, for the first two shapes, a trace — not a build.
         # The noise scale continues from it.
         self.last_model: keras.Model | None = None
+        self.declined: str | None = None  # why the first reading stopped the search
 
     @property
     def steps_cap(self) -> int | None:
@@ -115,6 +116,17 @@ class Search:
         if self.noise_asked:
             reserve = lambda limit: noise_probe.reserve(self, batch, limit)  # noqa: E731
         return self.time_limit.spent(self.rows, batch, self.steps, reserve)
+
+    def note_declined(self, batch: int) -> None:
+        """At the time limit after the first reading alone: says why, and from what job
+        size a probe of `batch` fits (`budget.declined`)."""
+        if sum(1 for r in self.rows if r.fits and r.examples_per_second) != 1:
+            return
+        reserve = None
+        if self.noise_asked:
+            reserve = lambda limit: noise_probe.reserve(self, batch, limit)  # noqa: E731
+        self.declined = budget.declined(self.time_limit, self.rows, batch, self.steps, reserve)
+        logger.info("find_batch_size: %s", self.declined)
 
     def _fitted(self) -> list[tuple[int, float]]:
         return [(r.batch_size, r.peak_memory_mb) for r in self.rows if r.fits]
@@ -245,6 +257,7 @@ def explore(search: Search, start, limit, mode, step: int, replicas: int) -> int
             break
         if largest is not None and search.spent(batch):
             search.rows.append(ProbeRow(batch, False, None, None, "time"))
+            search.note_declined(batch)
             break
         if not search.has_examples(batch):
             fewer = search.examples // replicas * replicas

@@ -85,7 +85,8 @@ def recommend(
             rule,
             True,
             f"the job is too small for a probe to pay for itself: its time budget ran out "
-            f"at batch {report.max_batch_size}, before a batch above {batch_size} was timed",
+            f"at batch {report.max_batch_size}, before a batch above {batch_size} was timed"
+            + (f" ({report.declined})" if report.declined else ""),
         )
     best = max(replicas, report.best_batch_size // replicas * replicas)
     why = "knee" if report.decided_by == "throughput knee" else report.decided_by

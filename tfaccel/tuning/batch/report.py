@@ -113,6 +113,8 @@ class BatchSizeReport:
         accumulate_steps: for it, the fewest batches to accumulate per applied step so
             that each one fits: pass `Trainer(accumulate_steps=...)` with a global batch of
             `effective_batch_size // accumulate_steps` (None without an effective batch).
+        declined: when the time limit stopped the search at its first reading: what it
+            spent, and from what job size (or `budget_s`) the next probe fits; else None.
     """
 
     max_batch_size: int
@@ -132,6 +134,7 @@ class BatchSizeReport:
     noise_scale_note: str = ""
     limits: dict = dataclasses.field(default_factory=dict)
     noise_scale_error: float | None = None
+    declined: str | None = None
 
     @property
     def accumulation_batch_size(self) -> int | None:
@@ -212,6 +215,8 @@ class BatchSizeReport:
             text.append(f"noise scale {self.noise_scale_note}")
         if self.capped_by is not None:
             text.append(f"search capped by {_CAPS[self.capped_by].format(self.examples)}")
+        if self.declined:
+            text.append(self.declined)
         if self.accumulate_steps is not None:
             text.append(
                 f"effective batch {self.effective_batch_size} = {self.accumulate_steps} x "

@@ -216,6 +216,7 @@ def _report(search, chosen, mode, knee, budget, on_gpu, began, effective) -> Bat
         noise_scale_error=None if step is None else step.relative_error,
         limits=chosen["limits"],
         decided_by=chosen["decided_by"],
+        declined=search.declined,
         accumulate_steps=(
             None
             if effective is None

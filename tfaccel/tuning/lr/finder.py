@@ -31,6 +31,7 @@ import numpy as np
 import tensorflow as tf
 
 from tfaccel.train.loop.faults import TrainingDivergedError
+from tfaccel.tuning.lr import decline as lr_decline
 from tfaccel.tuning.lr import rule as lr_rule
 from tfaccel.tuning.lr import sizing as lr_sizing
 from tfaccel.tuning.lr.report import LearningRateReport
@@ -56,12 +57,26 @@ class LRRangeTest(keras.callbacks.Callback):
         budget_s: stop after this many seconds (None: no limit).
         stop_factor: the divergence threshold (a multiple of the lowest loss).
         on_begin: called with no argument at `on_train_begin` (the snapshot).
+        clock: seconds (a fake one in tests). With `budget_s`, the first timed steps
+            project the ramp's end, and it declines at once past it (`lr_decline`).
     """
 
     def __init__(
-        self, control, min_lr, max_lr, num_steps, budget_s=None, stop_factor=4.0, on_begin=None
+        self,
+        control,
+        min_lr,
+        max_lr,
+        num_steps,
+        budget_s=None,
+        stop_factor=4.0,
+        on_begin=None,
+        *,
+        clock=time.perf_counter,
     ):
         super().__init__()
+        self.clock = clock
+        self.declined: str | None = None
+        self._ends: list[tuple[float, int]] = []
         self.control = control
         self.min_lr, self.max_lr, self.num_steps = float(min_lr), float(max_lr), int(num_steps)
         self.budget_s, self.stop_factor, self.on_begin = budget_s, stop_factor, on_begin
@@ -72,7 +87,7 @@ class LRRangeTest(keras.callbacks.Callback):
         self._mean = 0.0
         self._rate = self.min_lr
         self._best = math.inf
-        self._began = time.perf_counter()
+        self._began = clock()
 
     def rate_at(self, step: int) -> float:
         """The ramp's rate at `step` (0-based): min_lr × (max_lr / min_lr)^(step / (n - 1))."""
@@ -82,7 +97,7 @@ class LRRangeTest(keras.callbacks.Callback):
     def on_train_begin(self, logs=None):
         if self.on_begin is not None:
             self.on_begin()
-        self._began = time.perf_counter()
+        self._began = self.clock()
 
     def on_train_batch_begin(self, batch, logs=None):
         self._rate = self.rate_at(self.done)
@@ -96,7 +111,8 @@ class LRRangeTest(keras.callbacks.Callback):
         self.rates.append(self._rate)
         self.losses.append(loss)
         self.done, self._mean = done, mean
-        stop = self._why_stop(loss)
+        self._ends.append((self.clock(), done))
+        stop = self._why_stop(loss) or self._declined()
         if stop:
             self.stopped = stop
             self.model.stop_training = True
@@ -111,9 +127,19 @@ class LRRangeTest(keras.callbacks.Callback):
             return "diverged"
         if self.done >= self.num_steps:
             return "end of ramp"
-        if self.budget_s is not None and time.perf_counter() - self._began > self.budget_s:
+        if self.budget_s is not None and self.clock() - self._began > self.budget_s:
             return "budget"
         return None
+
+    def _declined(self) -> str | None:
+        """At the first timed steps: "declined" when the ramp cannot fit (`lr_decline`)."""
+        if len(self._ends) != 1 + lr_decline.TIMED:
+            return None
+        pairs = zip(self._ends[:-1], self._ends[1:], strict=True)
+        step_s = min((b[0] - a[0]) / max(b[1] - a[1], 1) for a, b in pairs)
+        elapsed, steps = self.clock() - self._began, self.num_steps
+        self.declined = lr_decline.project(elapsed, self.done, step_s, steps, self.budget_s)
+        return "declined" if self.declined else None
 
 
 class _Ramped(keras.optimizers.schedules.LearningRateSchedule):
@@ -385,7 +411,9 @@ def _report(ramp: LRRangeTest, control: RateControl, seconds: float) -> Learning
             f"{lr_rule.MIN_POINTS} (num_steps={ramp.num_steps}); pass more data."
         )
     read = lr_rule.suggest(ramp.rates, ramp.losses)
-    if ramp.stopped == "budget" and len(ramp.losses) < lr_rule.MIN_POINTS:
+    if ramp.stopped == "declined":
+        read = lr_rule.Suggestion(None, ramp.declined, [])
+    elif ramp.stopped == "budget" and len(ramp.losses) < lr_rule.MIN_POINTS:
         why = (
             f"budget_s ran out after {ramp.done} steps: a curve needs at least "
             f"{lr_rule.MIN_POINTS}; raise budget_s"

@@ -23,8 +23,9 @@ class LearningRateReport:
         steepest_rate: what the steepest-descent rule (Lightning's kind) reads from the
             same curve, for comparison; None when the curve is too short.
         noise: the robust noise of one loss.
-        stopped: why the ramp ended: "end of ramp", "diverged", "budget", "data", or
-            "not run" (too small to pay: the curve is then empty).
+        stopped: why the ramp ended: "end of ramp", "diverged", "budget", "data",
+            "declined" (its first timed steps projected it past `budget_s`), or "not run"
+            (too small to pay: the curve is then empty).
         steps: training steps the test ran.
         seconds: its wall time.
         schedule: the optimizer's schedule class when it has one (the rates are then its

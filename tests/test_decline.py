@@ -1,0 +1,160 @@
+"""Tuning declines at its first reading when the next probe cannot fit (fake timings)."""
+
+from __future__ import annotations
+
+import re
+import types
+
+import keras
+import numpy as np
+import pytest
+
+from tfaccel import tuning
+from tfaccel.tuning import joint
+from tfaccel.tuning.batch import budget
+from tfaccel.tuning.batch.report import BatchSizeReport, ProbeRow
+from tfaccel.tuning.lr import finder
+
+X = np.random.default_rng(2).normal(size=(512, 8)).astype("float32")
+Y = (X[:, :4].sum(axis=1) > 0).astype("int32")
+SCE = keras.losses.SparseCategoricalCrossentropy()
+
+
+class FakeClock:
+    """A clock set by hand (seconds)."""
+
+    def __init__(self):
+        self.now = 0.0
+
+    def __call__(self):
+        return self.now
+
+
+def test_the_first_reading_says_from_what_job_size_the_next_probe_fits():
+    clock = FakeClock()
+    rows = [ProbeRow(8, True, 800.0, 1.0, "ok", seconds=0.5)]  # fixed cost 0.5 - 3*8/800
+    limit = budget.TimeLimit(0.0, None, 80_000, clock=clock)
+    clock.now = 2.0
+    assert limit.spent(rows, 32, steps=2)
+    why = budget.declined(limit, rows, 32, steps=2)
+    # 2 s spent + 0.47 s fixed + 3 steps of 32 at 800/s = 2.59 s; batch 32 may reach
+    # 3,200/s, so the job must be 2.59 s / 7.5 % at 3,200/s: 110,507 examples
+    assert why == (
+        "declined at the first reading, after 2 s (2.0% of the job's 100 s): a probe of "
+        "batch 32 would take 0.59 s more, past 7.5% of the job; from 110,507 examples up, "
+        "a probe of batch 32 fits"
+    )
+    assert not budget.TimeLimit(0.0, None, 110_507, clock=clock).spent(rows, 32, steps=2)
+    assert budget.TimeLimit(0.0, None, 110_000, clock=clock).spent(rows, 32, steps=2)
+
+
+def test_a_time_budget_that_binds_says_what_budget_would_do():
+    clock = FakeClock()
+    rows = [ProbeRow(8, True, 800.0, 1.0, "ok", seconds=0.5)]
+    limit = budget.TimeLimit(0.0, 1.0, None, clock=clock)
+    clock.now = 0.9
+    why = budget.declined(limit, rows, 16, steps=2, reserve=lambda seconds: 0.25)
+    assert why == (
+        "declined at the first reading, after 0.9 s: a probe of batch 16 would take 0.53 s "
+        "more, past budget_s=1; from budget_s=1.7 up it fits"
+    )
+
+
+class StepClock:
+    """Every read advances 1 s: a step of any batch takes 1 s (8 examples/s at batch 8)."""
+
+    def __init__(self):
+        self.now = 0.0
+
+    def __call__(self):
+        self.now += 1.0
+        return self.now
+
+
+def build():
+    return keras.Sequential(
+        [keras.Input((8,)), keras.layers.Dense(4, activation="relu"), keras.layers.Dense(2)]
+    )
+
+
+def test_find_batch_size_stops_at_its_first_reading_and_reports_the_threshold():
+    report = tuning.find_batch_size(
+        build,
+        (X, Y),
+        loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+        start=8,
+        steps=2,
+        job_examples=1_000,  # 125 s at 8 examples/s: the next probe's 3 steps alone pass 7.5 %
+        clock=StepClock(),
+    )
+    assert [(r.batch_size, r.reason) for r in report.rows] == [(8, "ok"), (16, "time")]
+    assert report.capped_by == "time" and report.best_batch_size == 8
+    assert report.rows[0].examples_per_second == pytest.approx(8.0)
+    assert re.fullmatch(
+        r"declined at the first reading, after [\d.e+-]+ s \([\d.]+% of the job's 125 s\): a "
+        r"probe of batch 16 would take [\d.e+-]+ s more, past 7\.5% of the job; from "
+        r"[\d,]+ examples up, a probe of batch 16 fits",
+        report.declined,
+    )
+    threshold = int(re.search(r"from ([\d,]+) examples", report.declined)[1].replace(",", ""))
+    assert threshold > 6 * 16 / 0.075  # at least the next probe's 3 steps at up to 16/s
+    assert report.declined in report.table()
+    kept = tuning.recommend(report, batch_size=8, learning_rate=0.01, optimizer="sgd")
+    assert kept.kept and report.declined in kept.reason
+    assert BatchSizeReport.from_dict(report.to_dict()).declined == report.declined
+
+
+def ramp_with(clock, budget_s):
+    ramp = finder.LRRangeTest(
+        types.SimpleNamespace(set=lambda rate: None), 1e-4, 1.0, 100, budget_s, clock=clock
+    )
+    ramp.set_model(types.SimpleNamespace(stop_training=False))
+    ramp.on_train_begin()
+    for step, now in enumerate([1.0, 1.1, 1.2]):  # the first step traces: 1 s; then 0.1 s
+        clock.now = now
+        ramp.on_train_batch_begin(step)
+        ramp.on_train_batch_end(step, {"loss": 1.0})
+    return ramp
+
+
+def test_the_range_test_declines_at_its_first_timed_steps():
+    clock = FakeClock()
+    ramp = ramp_with(clock, budget_s=5.0)
+    assert ramp.stopped == "declined" and ramp.model.stop_training and ramp.done == 3
+    assert ramp.declined == (
+        "declined after 3 steps (1.2 s): the ramp of 100 steps projects 11 s, past "
+        "budget_s=5; from budget_s=11 up it runs"
+    )
+    control = types.SimpleNamespace(schedule=None)
+    report = finder._report(ramp, control, 1.2)
+    assert report.suggestion is None and report.reason == ramp.declined
+    assert report.stopped == "declined"
+    fits = ramp_with(FakeClock(), budget_s=11.0)  # 1.2 s + 97 steps of 0.1 s = 10.9 s
+    assert fits.declined is None and not fits.model.stop_training
+
+
+def test_tune_skips_a_range_test_its_first_reading_projects_past_the_bound(monkeypatch):
+    # The batch search's first reading: batch 16 at 1,600 examples/s, built and traced in
+    # 2 s. The range test would take 2 s + 100 steps of 10 ms = 3 s; 10 % of a job of
+    # 40,000 examples at 1,600/s is 2.5 s.
+    rows = [ProbeRow(16, True, 1600.0, 1.0, "ok", seconds=2.06)]
+    report = BatchSizeReport(16, 16, rows, "power", 0.05, None, "host", 2.1)
+
+    def no_range_test(*args, **kwargs):
+        raise AssertionError("the range test ran")
+
+    monkeypatch.setattr(joint, "find_batch_size", lambda *args, **kwargs: report)
+    monkeypatch.setattr(joint, "find_learning_rate", no_range_test)
+    tuned = tuning.tune(
+        build, (X, Y), loss=SCE, batch_size=16, learning_rate=1e-3, job_examples=40_000,
+        lr_steps=100, verbose=0,
+    )  # fmt: skip
+    assert tuned.rate_report is None and tuned.learning_rate == 1e-3
+    assert tuned.note.startswith(
+        "the range test was skipped at the batch search's first reading: it would take 3 s "
+        "(a build and trace of 2 s, 100 steps at batch 16), more than the 2.5 s left of the "
+        "bound (10% of the job); from "
+    )
+    threshold = re.search(r"from ([\d,]+) examples up it fits$", tuned.note)[1]
+    threshold = int(threshold.replace(",", ""))
+    assert 48_000 <= threshold < 48_000 + 16_000  # 3 s (+ what tune spent, < 1 s) / 10 %
