@@ -18,6 +18,7 @@ from test_data_service import guarded
 from tfaccel import data
 from tfaccel.data import service as service_lib
 from tfaccel.data.service import relay as relay_lib
+from tfaccel.data.service import sealed
 
 
 class _Workers:
@@ -25,6 +26,7 @@ class _Workers:
 
     def __init__(self, fail=None, delay_s=0.0):
         self.lines, self.fail, self.delay_s = [], fail, delay_s
+        self.key = sealed.new_key()
 
     def send_functions(self, line, timeout_s):
         time.sleep(self.delay_s)
@@ -42,29 +44,31 @@ def test_a_request_is_answered_and_its_files_removed():
     workers = _Workers()
     with relay_lib.relay_for(workers) as directory:
         assert _mode(directory) == 0o700
-        assert relay_lib.request(directory, "bGluZQ==\n", timeout_s=10) == 3
-        assert relay_lib.request(directory, "c2Vjb25k", timeout_s=10) == 3
+        assert relay_lib.request(directory, "bGluZQ==\n", timeout_s=10, key=workers.key) == 3
+        assert relay_lib.request(directory, "c2Vjb25k", timeout_s=10, key=workers.key) == 3
         assert os.listdir(directory) == []
-    assert workers.lines == ["bGluZQ==\n", "c2Vjb25k\n"]
+    assert [sealed.open_line(x, workers.key) for x in workers.lines] == [["bGluZQ=="], ["c2Vjb25k"]]
     assert not os.path.exists(directory)
 
 
 def test_a_worker_that_fails_is_said_with_its_reason():
     reason = service_lib.ServiceError("worker 1 could not load: ModuleNotFoundError: mine")
-    with relay_lib.relay_for(_Workers(fail=reason)) as directory:
+    workers = _Workers(fail=reason)
+    with relay_lib.relay_for(workers) as directory:
         with pytest.raises(service_lib.ServiceError, match="ModuleNotFoundError: mine"):
-            relay_lib.request(directory, "eA==", timeout_s=10)
+            relay_lib.request(directory, "eA==", timeout_s=10, key=workers.key)
         assert os.listdir(directory) == []
-    with relay_lib.relay_for(_Workers(fail=ValueError("odd"))) as directory:
+    workers = _Workers(fail=ValueError("odd"))
+    with relay_lib.relay_for(workers) as directory:
         with pytest.raises(service_lib.ServiceError, match="ValueError\\('odd'\\)"):
-            relay_lib.request(directory, "eA==", timeout_s=10)
+            relay_lib.request(directory, "eA==", timeout_s=10, key=workers.key)
 
 
 def test_no_answer_is_a_bounded_clear_error():
     with tempfile.TemporaryDirectory() as nobody:  # no relay watches it
         started = time.monotonic()
         with pytest.raises(service_lib.ServiceError, match="did not take .* within 0 s"):
-            relay_lib.request(nobody, "eA==", timeout_s=0.3)
+            relay_lib.request(nobody, "eA==", timeout_s=0.3, key=sealed.new_key())
         assert time.monotonic() - started < 5
         assert os.listdir(nobody) == []  # the request withdrawn
     with pytest.raises(service_lib.ServiceError, match="relay .* is gone"):
@@ -144,9 +148,11 @@ def test_a_launched_pipeline_sends_its_functions_through_the_relay(monkeypatch, 
     with relay_lib.relay_for(workers) as directory:
         monkeypatch.setenv(service_lib.ENV, listener)
         monkeypatch.setenv(service_lib.ENV_FUNCTIONS, directory)
+        monkeypatch.setenv(sealed.ENV_KEY, workers.key.hex())
         data.pipeline(source, batch_size=4, training=True, preprocess=decode, service="auto")
         (line,) = workers.lines
-        functions = cloudpickle.loads(base64.b64decode(line))
+        (chunk,) = sealed.open_line(line, workers.key)
+        functions = cloudpickle.loads(base64.b64decode(chunk))
         assert functions and all(t.startswith("pyfunc_") for t in functions)
         assert [float(f(np.float32([1.5]))[0]) for f in functions.values()] == [3.0]
         workers.fail = service_lib.ServiceError("worker 0 could not load: boom")

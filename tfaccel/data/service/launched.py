@@ -30,7 +30,8 @@ def service_for_job(workers: int, err=None):
 
     Its address is in `os.environ` (so in every process started in the block) under
     `tfaccel.data.service.ENV`, its worker count under `ENV_WORKERS`, the directory of its
-    function relay under `ENV_FUNCTIONS`.
+    function relay under `ENV_FUNCTIONS`, the secret its requests are sealed with under
+    `sealed.ENV_KEY` (the launcher's children only: they inherit it).
 
     Raises:
         ValueError: `workers` is not a positive int.
@@ -39,12 +40,14 @@ def service_for_job(workers: int, err=None):
         raise ValueError(f"--data-workers must be an integer >= 1, got {workers!r}.")
     from tfaccel.data import service
     from tfaccel.data.service.relay import relay_for
+    from tfaccel.data.service.sealed import ENV_KEY
 
     err = err or sys.stderr
-    names = (service.ENV, service.ENV_WORKERS, service.ENV_FUNCTIONS)
+    names = (service.ENV, service.ENV_WORKERS, service.ENV_FUNCTIONS, ENV_KEY)
     before = {name: os.environ.get(name) for name in names}
     with service.local(workers) as running, relay_for(running) as relay:
-        os.environ.update(zip(names, (running.address, str(workers), relay), strict=True))
+        values = (running.address, str(workers), relay, running.key.hex())
+        os.environ.update(zip(names, values, strict=True))
         err.write(
             f"[launch] tf.data service: a dispatcher and {workers} worker process(es) at "
             f"{running.address}, in every worker's {names[0]}; data.pipeline(..., "

@@ -29,7 +29,7 @@ import threading
 import time
 from typing import Any
 
-from tfaccel.data.service import server
+from tfaccel.data.service import sealed, server
 from tfaccel.data.service.watch import Watch
 from tfaccel.errors import PortInUseError, ServiceError
 
@@ -86,6 +86,8 @@ class LocalService:
     functions_lines: list[str] = dataclasses.field(default_factory=list, repr=False)
     """Every line of functions sent to the workers, in order (`revive` replays them)."""
     lock: Any = dataclasses.field(default_factory=threading.RLock, repr=False)
+    key: bytes = dataclasses.field(default_factory=sealed.new_key, repr=False)
+    """The service's secret: every line of functions its workers load is sealed with it."""
 
     def __enter__(self) -> LocalService:
         return self
@@ -125,16 +127,19 @@ class LocalService:
         functions = python_functions(dataset)
         if not functions:
             return 0
-        self.send_functions(encode_functions(functions), timeout_s)
+        self.send_functions(sealed.seal(encode_functions(functions), self.key), timeout_s)
         return len(functions)
 
     def send_functions(self, line: str, timeout_s: float = 60.0) -> int:
-        """Sends one line of functions (`encode_functions`) to every running worker and
-        keeps it for `revive`; returns how many functions the workers registered.
+        """Sends one sealed line of functions (`sealed.seal(encode_functions(...), key)`)
+        to every running worker and keeps it for `revive`; returns how many functions the
+        workers registered.
 
         Raises:
-            ServiceError: a worker did not take them (its reason), or did not answer.
+            ServiceError: a chunk's MAC is wrong (checked here first), a worker did not
+                take them (its reason), or did not answer.
         """
+        sealed.open_line(line, self.key)
         line = line.strip() + "\n"
         with self.lock:
             if line not in self.functions_lines:
@@ -170,7 +175,8 @@ class LocalService:
         port = int(self.worker_addresses[index].rsplit(":", 1)[1])
         with self.lock:
             old = self.processes[index + 1]
-            process = _start(_worker_command(self.address.removeprefix("grpc://"), port))
+            command = _worker_command(self.address.removeprefix("grpc://"), port)
+            process = _start(command, self.key)
             if self.functions_lines:  # one line, read before it serves: every chunk
                 process.stdin.write(" ".join(x.strip() for x in self.functions_lines) + "\n")
                 process.stdin.flush()
@@ -242,20 +248,23 @@ def local(
     addresses = [f"localhost:{p}" for p in ports[1:]]
     deadline = time.monotonic() + start_timeout_s
     processes: list[subprocess.Popen] = []
+    key = sealed.new_key()  # in memory; only the workers' environment gets it
     try:  # all at once: a worker waits for its dispatcher
         command = ["dispatcher", "--port", str(port)]
         if static_sharding:
             command += ["--worker-addresses", ",".join(addresses)]
         processes.append(_start(command + ["--worker-timeout-ms", str(worker_timeout_ms)]))
         for worker_port in ports[1:]:
-            processes.append(_start(_worker_command(address, worker_port)))
+            processes.append(_start(_worker_command(address, worker_port), key))
         _ready_line(processes[0], deadline, "the dispatcher")
         for index, process in enumerate(processes[1:]):
             _ready_line(process, deadline, f"worker {index}")
     except BaseException:
         _stop(processes, 1.0)
         raise
-    service = LocalService(f"grpc://{address}", workers, addresses, processes, static_sharding)
+    service = LocalService(
+        f"grpc://{address}", workers, addresses, processes, static_sharding, key=key
+    )
     service.watch = Watch(service, stall_timeout_s)
     service.watch.start()
     return service
@@ -268,8 +277,9 @@ def _worker_command(dispatcher: str, port: int) -> list[str]:
     ]
 
 
-def _start(arguments: list[str]) -> subprocess.Popen:
-    """One server process in its own group, killed when this process dies."""
+def _start(arguments: list[str], key: bytes | None = None) -> subprocess.Popen:
+    """One server process in its own group, killed when this process dies (a worker
+    gets the service's secret `key` in its environment)."""
     from tfaccel.launcher.processes import die_with_parent
 
     parent = os.getpid()
@@ -280,6 +290,9 @@ def _start(arguments: list[str]) -> subprocess.Popen:
             os._exit(128 + signal.SIGKILL)
 
     environment = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", CUDA_VISIBLE_DEVICES="")
+    environment.pop(sealed.ENV_KEY, None)
+    if key is not None:
+        environment[sealed.ENV_KEY] = key.hex()
     log = tempfile.TemporaryFile(mode="w+")  # read on failure; a pipe could fill
     process = subprocess.Popen(
         [sys.executable, "-m", "tfaccel", "data-service", *arguments, "--quiet"],

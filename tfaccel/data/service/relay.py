@@ -13,6 +13,12 @@ daemon thread (`Relay`) watches it:
    writes `NAME.answer`, atomically: "ok N" or "failed <the worker's reason>";
 3. the training process reads the answer, removes it, and goes on or raises
    `ServiceError` (also when no answer comes within `ANSWER_S`).
+
+The relay trusts no file: it reads a request only when it is a regular file owned by
+the relay's own user with mode 0600, and forwards it only when every chunk carries
+the MAC of the service's secret (`sealed`; the launched processes get the secret in
+`ENV_KEY`); the workers check the MAC again before unpickling. A refused request is
+said on stderr, answered "failed refused: ...", removed, and never loaded.
 """
 
 from __future__ import annotations
@@ -20,12 +26,14 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
+import stat
 import sys
 import tempfile
 import threading
 import time
 import uuid
 
+from tfaccel.data.service import sealed
 from tfaccel.errors import ServiceError
 
 ANSWER_S = 90.0
@@ -41,6 +49,7 @@ def _write(path: str, text: str) -> None:
     directory, name = os.path.split(path)
     temporary = os.path.join(directory, f".{name}.{uuid.uuid4().hex}.tmp")
     descriptor = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    os.fchmod(descriptor, 0o600)  # whatever the umask
     with os.fdopen(descriptor, "w") as handle:
         handle.write(text)
     os.replace(temporary, path)
@@ -65,6 +74,8 @@ class Relay(threading.Thread):
         self.poll_s = poll_s
         self.err = err or sys.stderr
         self.answered = 0
+        self.refused: list[str] = []
+        """The names of the requests refused (said once each)."""
         self._stopping = threading.Event()
 
     def stop(self, wait_s: float = 2.0) -> None:
@@ -80,7 +91,12 @@ class Relay(threading.Thread):
             except FileNotFoundError:
                 return
             for name in names:
-                if name.endswith(".request") and not name.startswith("."):
+                stem = name.removesuffix(".request")
+                if (
+                    name.endswith(".request")
+                    and not name.startswith(".")
+                    and stem not in self.refused
+                ):
                     try:
                         self._answer(name.removesuffix(".request"))
                     except OSError as error:  # the request's process times out and says so
@@ -90,9 +106,17 @@ class Relay(threading.Thread):
     def _answer(self, name: str) -> None:
         path = os.path.join(self.directory, name)
         try:
-            with open(f"{path}.request") as handle:
-                line = handle.read()
+            line = _read_trusted(f"{path}.request")
+            sealed.open_line(line, getattr(self.service, "key", None))
         except FileNotFoundError:  # withdrawn: its process stopped waiting
+            return
+        except ServiceError as refused:  # said, removed, answered; never loaded
+            self.refused.append(name)
+            print(
+                f"tfaccel data service relay: {name}.request {refused}", file=self.err, flush=True
+            )
+            _remove(f"{path}.request")
+            _write(f"{path}.answer", "failed " + str(refused).replace("\n", " ") + "\n")
             return
         try:
             answer = f"ok {self.service.send_functions(line, SEND_S)}"
@@ -104,12 +128,40 @@ class Relay(threading.Thread):
         self.answered += 1
 
 
+def _read_trusted(path: str) -> str:
+    """The text of `path` when it is a regular file of this user with mode 0600.
+
+    Raises:
+        FileNotFoundError: it is gone.
+        ServiceError: "refused: ..." (a link, another owner, another mode).
+    """
+    try:
+        descriptor = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError as error:
+        if isinstance(error, FileNotFoundError):
+            raise
+        raise ServiceError(f"refused: cannot open it safely ({error.strerror})") from None
+    with os.fdopen(descriptor) as handle:
+        facts = os.fstat(descriptor)
+        mode = stat.S_IMODE(facts.st_mode)
+        if not stat.S_ISREG(facts.st_mode):
+            raise ServiceError("refused: not a regular file; not loaded")
+        if facts.st_uid != os.geteuid():
+            raise ServiceError(
+                f"refused: owned by uid {facts.st_uid}, not the relay's uid {os.geteuid()}; "
+                "not loaded"
+            )
+        if mode != 0o600:
+            raise ServiceError(f"refused: mode {mode:04o}, not 0600; not loaded")
+        return handle.read()
+
+
 @contextlib.contextmanager
-def relay_for(service):
+def relay_for(service, err=None):
     """A private directory relayed to `service`'s workers for the block; yields its path
-    (removed, and the relay stopped, at the end)."""
+    (removed, and the relay stopped, at the end). Refusals are said on `err`."""
     directory = tempfile.mkdtemp(prefix="tfaccel-functions-")  # mode 0700
-    relay = Relay(service, directory)
+    relay = Relay(service, directory, err=err)
     relay.start()
     try:
         yield directory
@@ -118,20 +170,34 @@ def relay_for(service):
         shutil.rmtree(directory, ignore_errors=True)
 
 
-def request(directory: str, line: str, timeout_s: float = ANSWER_S, poll_s: float = 0.05) -> int:
-    """Sends one line of functions through the relay at `directory`; returns how many
+def request(
+    directory: str,
+    line: str,
+    timeout_s: float = ANSWER_S,
+    poll_s: float = 0.05,
+    key: bytes | None = None,
+) -> int:
+    """Sends one line of functions (`encode_functions`), sealed with `key` (default: the
+    secret in `sealed.ENV_KEY`), through the relay at `directory`; returns how many
     functions the workers registered.
 
     Raises:
-        ServiceError: a worker could not load them (its reason), or no answer came in
-            `timeout_s`.
+        ServiceError: no secret, a worker could not load them (its reason), the relay
+            refused them, or no answer came in `timeout_s`.
     """
     if not os.path.isdir(directory):
         raise ServiceError(
             f"the launcher's function relay {directory!r} is gone: did `tfaccel launch` end?"
         )
+    key = key or sealed.key_from_env()
+    if key is None:
+        raise ServiceError(
+            f"the launcher's function relay {directory!r} takes only sealed requests, and "
+            f"{sealed.ENV_KEY} (the secret `tfaccel launch --data-workers` gives its "
+            "processes) is unset: run this process under that launcher."
+        )
     path = os.path.join(directory, f"{os.getpid()}-{uuid.uuid4().hex}")
-    _write(f"{path}.request", line.strip() + "\n")
+    _write(f"{path}.request", sealed.seal(line, key))
     deadline = time.monotonic() + timeout_s
     while True:
         try:

@@ -11,7 +11,8 @@ from __future__ import annotations
 import socket
 import sys
 
-from tfaccel.errors import PortInUseError
+from tfaccel.data.service import sealed
+from tfaccel.errors import PortInUseError, ServiceError
 
 NO_AUTHENTICATION = (
     "the tf.data service has no authentication or encryption: anyone who can reach "
@@ -113,44 +114,52 @@ def serve_worker(
     }
     if heartbeat_ms:
         settings["heartbeat_interval_ms"] = int(heartbeat_ms)
+    key = sealed.key_from_env(pop=True) if accept_functions else None
     if accept_functions:  # a restarted worker's functions are waiting: before any task
-        _register_waiting_functions()
+        _register_waiting_functions(key)
     server = service.WorkerServer(service.WorkerConfig(**settings))
     print(f"{READY} worker of {address}", flush=True)
     if accept_functions:
-        _accept_functions()
+        _accept_functions(key)
     server.join()
 
 
 _KEPT: list = []  # the registry holds weak references
 
 
-def _accept_functions() -> None:
+def _accept_functions(key: bytes | None) -> None:
     """Registers the functions sent on stdin under their tokens, until stdin closes."""
     for line in sys.stdin:
-        _register(line)
+        _register(line, key)
 
 
-def _register_waiting_functions() -> None:
+def _register_waiting_functions(key: bytes | None) -> None:
     """Registers a line of functions already waiting on stdin (a restarted worker's)."""
     import select
 
     if select.select([sys.stdin], [], [], 0)[0]:
-        _register(sys.stdin.readline())
+        _register(sys.stdin.readline(), key)
 
 
-def _register(line: str) -> None:
-    """Registers one line of functions (base64 cloudpickle chunks, space-separated: a
-    restarted worker gets every chunk sent so far in one line); says "registered N" or
-    "failed ..."."""
+def _register(line: str, key: bytes | None) -> None:
+    """Registers one sealed line of functions (`sealed.seal`: MAC-checked base64
+    cloudpickle chunks, space-separated: a restarted worker gets every chunk sent so far
+    in one line); says "registered N" or "failed ...". A line with any chunk whose MAC
+    is wrong is refused before anything is unpickled."""
     import base64
 
     import cloudpickle
     from tensorflow.python.ops import script_ops
 
     try:
+        chunks = sealed.open_line(line, key)
+    except ServiceError as error:
+        print(f"tfaccel data-service worker: {error}", file=sys.stderr, flush=True)
+        print(f"failed {error}".replace("\n", " "), flush=True)
+        return
+    try:
         functions = {}
-        for chunk in line.split():
+        for chunk in chunks:
             functions.update(cloudpickle.loads(base64.b64decode(chunk)))
     except Exception as error:  # said to the client, which raises it
         print(f"failed {type(error).__name__}: {error}".replace("\n", " "), flush=True)
