@@ -221,6 +221,7 @@ def _data_service(args: argparse.Namespace) -> int:
         print(f"tfaccel data-service {args.role}: {error}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
+        print(f"tfaccel data-service {args.role}: interrupted (Ctrl-C); stopped", file=sys.stderr)
         return 130
     return 0
 

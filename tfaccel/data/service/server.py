@@ -2,14 +2,15 @@
 
 `serve_dispatcher` and `serve_worker` start a `tf.data.experimental.service`
 `DispatchServer` / `WorkerServer`, print one line saying where it listens (the line
-`tfaccel.data.service.local` waits for) and serve until killed. Only TensorFlow is
-imported, and only when a server starts.
+`tfaccel.data.service.local` waits for) and serve until killed or interrupted (Ctrl-C).
+Only TensorFlow is imported, and only when a server starts.
 """
 
 from __future__ import annotations
 
 import socket
 import sys
+import time
 
 from tfaccel.data.service import sealed
 from tfaccel.errors import PortInUseError, ServiceError
@@ -74,7 +75,7 @@ def serve_dispatcher(
     server = service.DispatchServer(service.DispatcherConfig(**settings))
     bound = server.target.rsplit(":", 1)[-1]
     print(f"{READY} dispatcher port {bound}", flush=True)
-    server.join()
+    _serve(server)
 
 
 def serve_worker(
@@ -121,7 +122,17 @@ def serve_worker(
     print(f"{READY} worker of {address}", flush=True)
     if accept_functions:
         _accept_functions(key)
-    server.join()
+    _serve(server)
+
+
+def _serve(server) -> None:
+    """Serves until a signal ends this process; Ctrl-C (`KeyboardInterrupt`) stops the
+    server first. (TensorFlow's `join` holds the interpreter: Ctrl-C would go unheard.)"""
+    try:
+        while True:
+            time.sleep(3600)
+    finally:
+        server._stop()
 
 
 _KEPT: list = []  # the registry holds weak references
