@@ -74,7 +74,8 @@ class Trainer:
             with them when precision is "auto" too); XLA only when it is 5 % faster and
             equal in loss, and only on a job long enough for the probe, compilation
             included, to stay within 5 % of it (`tfaccel.train.setup.xla_choice`). Until
-            then, and otherwise, un-jitted; the settings table shows both rates and why.
+            then, and otherwise, un-jitted; the settings table shows both rates and why
+            (`trainer.jit_choice`).
         accumulate_steps: sum the gradients of this many consecutive batches on each
             replica, then all-reduce and apply them once (effective global batch =
             k × the dataset's global batch). Epochs, `steps_per_epoch` and

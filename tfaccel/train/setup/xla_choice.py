@@ -196,7 +196,8 @@ def decide(measured: dict, policies: list[str], precision_open: bool) -> tuple:
     step_rates = {p: rates[(p, verdicts[p][0])] for p in policies}
     chosen = None
     if precision_open and len(policies) > 1:
-        chosen = precision.decide(step_rates, "examples/s", what + ", XLA where it won")
+        each = what.replace("passes,", "passes (each policy's with XLA where XLA won),", 1)
+        chosen = precision.decide(step_rates, "examples/s", each)
         chosen = dataclasses.replace(chosen, cost_s=cost)
     elif precision_open:
         chosen = precision.Choice(policies[0], precision.candidates()[1])
