@@ -175,3 +175,22 @@ def test_xla_with_another_loss_is_not_chosen():
 def test_bad_jit_compile_values_keep_their_messages():
     with pytest.raises(ValueError, match="jit_compile must be True, False or 'auto', got 'yes'"):
         trainer(jit_compile="yes")
+
+
+def test_two_logical_cpus_keep_the_plain_step_with_xlas_reason(monkeypatch, mirrored):
+    # XLA cannot reach a variable on the other logical CPU: "auto" keeps the plain step
+    # (where jit_compile=True fails) and says why.
+    fake_timer(monkeypatch, plain_s=10.0, xla_s=5.0)
+    seed(6)
+    auto = trainer(strategy=mirrored)
+    auto_history, auto_weights, _ = fit(auto)
+    assert auto.jit_compile is False
+    assert auto.jit_choice.reason.startswith(
+        "XLA cannot compile the model's step (Trying to access resource "
+    )
+    assert "located in device" in auto.jit_choice.reason
+    seed(6)
+    forced_history, forced_weights, _ = fit(trainer(strategy=mirrored, jit_compile=False))
+    assert auto_history == forced_history
+    for a, b in zip(auto_weights, forced_weights, strict=True):
+        np.testing.assert_array_equal(a, b)

@@ -175,12 +175,16 @@ def _warm_up(loops: dict, cached, admit, strategy) -> tuple[dict, dict]:
 
 
 def _unsupported(error: Exception) -> str:
-    """The ops XLA named as unsupported, else the error's first line."""
+    """The ops XLA named as unsupported, else the first root error's message."""
     text = str(error).strip()
     found = re.search(r"on XLA_\w+: (.+?) \(No registered", text)
     if found:
         return f"unsupported op(s): {found.group(1)}"
-    return (text.splitlines() or [type(error).__name__])[0][:200]
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    roots = [line for line in lines if re.match(r"\(\d+\) [A-Z_]+: ", line)]
+    line = (roots or lines or [type(error).__name__])[0]
+    line = re.sub(r"^\(\d+\) [A-Z_]+: (\{\{[^}]*\}\} )?", "", line)
+    return re.sub(r" \(defined @ [^)]*\)", "", line)[:200]
 
 
 def choose(model, loss, strategy, feed, *, builder=None, epoch_steps=None) -> precision.Choice:
