@@ -169,8 +169,12 @@ def _warm_up(loops: dict, cached, admit, strategy) -> tuple[dict, dict]:
             continue
         try:
             first[c] = tuple(loops[c].seconds(False, cached, 1, 2))
-        except (tf.errors.InvalidArgumentError, tf.errors.UnimplementedError) as error:
+        except tf.errors.OpError as error:  # the plain step ran: XLA does not work here
             dropped[c] = f"XLA cannot compile the model's step ({_unsupported(error)})"
+    for c in jitted:  # one candidate set on every worker: the rounds' collectives match
+        if agree(strategy, float(c in dropped)) and c not in dropped:
+            dropped[c] = "XLA failed on another worker"
+            del first[c]
     return first, dropped
 
 
