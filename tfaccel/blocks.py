@@ -140,12 +140,50 @@ def _normalize(bn: layers.BatchNormalization, x, training, update_stats: bool):
 class _ResNetBlock(layers.Layer):
     """Shared machinery of the residual blocks: validation, shortcut, remat."""
 
-    def __init__(self, filters, strides=1, projection="auto", remat=False, **kwargs):
+    def __init__(self, filters, strides=1, projection="auto", remat=False, drop_rate=0.0, **kwargs):
         super().__init__(**kwargs)
         self.filters = _positive_int(filters, "filters")
         self.strides = _check_strides(strides)
         self.projection = _check_projection(projection)
         self.remat = bool(remat)
+        self._drop_seed = None
+        self.set_drop_rate(drop_rate)
+
+    def set_drop_rate(self, rate: float) -> None:
+        """Stochastic depth: in training, the residual branch of each example is dropped
+        with probability `rate` (and scaled by `1 / (1 - rate)` when kept); inference
+        is unchanged. Set before the first training step (the step reads it when traced).
+
+        Raises:
+            ValueError: a rate outside [0, 1), or a positive rate with `remat=True` (the
+                recomputation would draw another mask).
+        """
+        if isinstance(rate, bool) or not isinstance(rate, (int, float)) or not 0 <= rate < 1:
+            raise ValueError(f"drop_rate must be in [0, 1), got {rate!r}.")
+        if rate and self.remat:
+            raise ValueError(
+                "drop_rate > 0 with remat=True: the recomputed branch would draw another "
+                "drop mask. Use one or the other."
+            )
+        self.drop_rate = float(rate)
+        if self.drop_rate and self._drop_seed is None:
+            # A built layer locks its state; Keras' own quantize() unlocks it the same way
+            # to add state later. The seed's variable joins the layer (and checkpoints).
+            locked = getattr(self, "_tracker", None) is not None and self._tracker.locked
+            if locked:
+                self._tracker.unlock()
+            self._drop_seed = keras.random.SeedGenerator(name="drop_seed")
+            if locked:
+                self._tracker.lock()
+
+    def _drop(self, y, training):
+        """The residual branch, dropped per example with `drop_rate` in training."""
+        if not (training and self.drop_rate):
+            return y
+        keep = 1.0 - self.drop_rate
+        noise = keras.random.uniform((ops.shape(y)[0], 1, 1, 1), seed=self._drop_seed)
+        mask = ops.cast(noise < keep, y.dtype)
+        return y * mask / ops.cast(keep, y.dtype)
 
     @property
     def output_filters(self) -> int:
@@ -206,6 +244,8 @@ class _ResNetBlock(layers.Layer):
             projection=self.projection,
             remat=self.remat,
         )
+        if self.drop_rate:
+            config["drop_rate"] = self.drop_rate
         return config
 
 
@@ -219,6 +259,8 @@ class ResidualBlock(_ResNetBlock):
         projection: "auto" adds a 1x1 conv-BN shortcut when the shape changes;
             True always adds one; False never (an error if the shape changes).
         remat: recompute the block's activations in the backward pass to save memory.
+        drop_rate: stochastic depth, the probability of dropping the residual branch
+            of an example in training (`set_drop_rate`); 0 (default) never.
         **kwargs: `keras.layers.Layer` arguments (`name`, `dtype`, `trainable`).
 
     Raises:
@@ -242,7 +284,7 @@ class ResidualBlock(_ResNetBlock):
 
     def _forward(self, x, training, update_stats):
         y = ops.relu(_normalize(self.bn1, self.conv1(x), training, update_stats))
-        y = _normalize(self.bn2, self.conv2(y), training, update_stats)
+        y = self._drop(_normalize(self.bn2, self.conv2(y), training, update_stats), training)
         return ops.relu(y + self._shortcut(x, training, update_stats))
 
 
@@ -260,6 +302,7 @@ class BottleneckBlock(_ResNetBlock):
         expansion: output channel multiplier (positive int, 4 in ResNet-50).
         projection: "auto", True or False, as in `ResidualBlock`.
         remat: recompute the block's activations in the backward pass to save memory.
+        drop_rate: stochastic depth, as in `ResidualBlock`.
         **kwargs: `keras.layers.Layer` arguments.
 
     Raises:
@@ -267,8 +310,17 @@ class BottleneckBlock(_ResNetBlock):
             projection, or (when built) inputs that are not 4-D.
     """
 
-    def __init__(self, filters, strides=1, expansion=4, projection="auto", remat=False, **kwargs):
-        super().__init__(filters, strides, projection, remat, **kwargs)
+    def __init__(
+        self,
+        filters,
+        strides=1,
+        expansion=4,
+        projection="auto",
+        remat=False,
+        drop_rate=0.0,
+        **kwargs,
+    ):
+        super().__init__(filters, strides, projection, remat, drop_rate, **kwargs)
         self.expansion = _positive_int(expansion, "expansion")
 
     @property
@@ -300,7 +352,7 @@ class BottleneckBlock(_ResNetBlock):
     def _forward(self, x, training, update_stats):
         y = ops.relu(_normalize(self.bn1, self.conv1(x), training, update_stats))
         y = ops.relu(_normalize(self.bn2, self.conv2(y), training, update_stats))
-        y = _normalize(self.bn3, self.conv3(y), training, update_stats)
+        y = self._drop(_normalize(self.bn3, self.conv3(y), training, update_stats), training)
         return ops.relu(y + self._shortcut(x, training, update_stats))
 
     def get_config(self):

@@ -1,0 +1,56 @@
+"""Speed-up methods for time to accuracy: composed, checked, on by one argument.
+
+Each method is a small object that states what it changes (`changes`), checks the job
+before step 1 (`check`) and adds its part to a plan (`apply`): a batch map, a loss, an
+optimizer change or a callback. Use them with plain Keras through `for_fit`, or with
+`tfaccel.Trainer(..., methods=[...])` / `methods="fast"`.
+
+| method | changes |
+| --- | --- |
+| `LabelSmoothing(eps)` | the loss: smoothed targets (Keras' `label_smoothing`) |
+| `MixUp(alpha)`, `CutMix(alpha)` | the inputs and labels: batches mixed pairwise |
+| `EMA(decay)` | the weights used for evaluation and saving (Keras' `use_ema`) |
+| `OneCycle()`, `WarmupCosine()` | the learning rate, sized to the job's steps and batch |
+| `LayerFreezing(start, fraction)` | which weights train: early layers freeze late |
+| `StochasticDepth(rate)` | the forward pass in training of `tfaccel.blocks` residual blocks |
+| `ProgressiveResizing(start, stages)` | the inputs: smaller images early |
+
+Example:
+    >>> from tfaccel import methods
+    >>> plan = methods.for_fit([methods.LabelSmoothing(0.1), methods.OneCycle()], model,
+    ...     train, epochs=10, loss="sparse_categorical_crossentropy", optimizer="adam")
+    >>> model.compile(plan.optimizer, plan.loss, metrics=["accuracy"])
+    >>> model.fit(plan.dataset, epochs=10, callbacks=plan.callbacks,
+    ...           validation_data=plan.evaluation_data(val))      # doctest: +SKIP
+"""
+
+from tfaccel.methods.averaging import EMA, SwapAverages
+from tfaccel.methods.base import Job, Method, Plan
+from tfaccel.methods.compose import FAST, compose, for_fit, kind_of, plan_for, resolve
+from tfaccel.methods.depth import StochasticDepth
+from tfaccel.methods.freezing import LayerFreezing
+from tfaccel.methods.label_methods import CutMix, LabelSmoothing, MixUp
+from tfaccel.methods.resizing import ProgressiveResizing
+from tfaccel.methods.schedules import OneCycle, WarmupCosine
+
+__all__ = [
+    "EMA",
+    "FAST",
+    "CutMix",
+    "Job",
+    "LabelSmoothing",
+    "LayerFreezing",
+    "Method",
+    "MixUp",
+    "OneCycle",
+    "Plan",
+    "ProgressiveResizing",
+    "StochasticDepth",
+    "SwapAverages",
+    "WarmupCosine",
+    "compose",
+    "for_fit",
+    "kind_of",
+    "plan_for",
+    "resolve",
+]

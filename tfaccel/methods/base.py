@@ -1,0 +1,186 @@
+"""What every speed-up method is, and the job and plan it is applied to.
+
+A method is a small object with a `name`, a sentence `changes` saying what it changes
+(the loss, the labels, the weights used for evaluation, the learning rate, ...), a
+`check(job)` that refuses bad input before step 1, and an `apply(plan)` that adds its
+part to the plan: a batch map, a loss change, an optimizer change, a callback. The plan
+is what `tfaccel.methods.for_fit` returns and what the Trainer applies.
+
+Example:
+    >>> job = Job(model, loss="sparse_categorical_crossentropy", optimizer="adam",
+    ...           element_spec=ds.element_spec, epochs=5, steps_per_epoch=40)  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import keras
+
+from tfaccel.methods import labels
+from tfaccel.methods.batch_maps import BatchMap, transform
+
+
+@dataclasses.dataclass
+class Job:
+    """What a method needs to know of the training job (read, never changed).
+
+    Attributes:
+        model: the Keras model trained.
+        loss: the loss as the user gives it (a name or a `keras.losses.Loss`).
+        optimizer: the optimizer (an object, not yet built).
+        element_spec: the batched dataset's element spec, `(x, y[, sample_weight])`.
+        epochs: epochs of the job.
+        steps_per_epoch: optimizer steps per epoch.
+        batch_size: the global batch (None when unknown).
+    """
+
+    model: keras.Model
+    loss: object
+    optimizer: object
+    element_spec: tuple
+    epochs: int
+    steps_per_epoch: int
+    batch_size: int | None = None
+
+    @property
+    def total_steps(self) -> int:
+        """Optimizer steps of the whole job: `epochs * steps_per_epoch`."""
+        return self.epochs * self.steps_per_epoch
+
+    @property
+    def feature_spec(self):
+        return self.element_spec[0]
+
+    @property
+    def label_spec(self):
+        return self.element_spec[1]
+
+    @property
+    def loss_info(self) -> labels.LossInfo:
+        return labels.loss_info(self.loss)
+
+
+class Plan:
+    """What to pass to `model.compile` / `model.fit` after the methods are applied.
+
+    Attributes:
+        job: the job the plan was made for.
+        loss: the loss to compile with (categorical when labels were made one-hot).
+        optimizer: the optimizer to compile with (schedule, EMA).
+        callbacks: callbacks to add to `fit`.
+        maps: the batch maps the dataset gets (`transform` applies them).
+        methods: the methods applied, in order.
+        dropped: `(method name, why)` for methods left out by the composition rules.
+        one_hot: whether sparse labels are turned into one-hot targets.
+        smoothing: the label smoothing of the categorical loss.
+    """
+
+    def __init__(self, job: Job):
+        self.job = job
+        self.loss = job.loss
+        self.optimizer = job.optimizer
+        self.callbacks: list = []
+        self.maps: list[BatchMap] = []
+        self.methods: list = []
+        self.dropped: list[tuple[str, str]] = []
+        self.one_hot = False
+        self.smoothing = 0.0
+        self.seed: int | None = None
+        self.dataset = None  # the transformed training data (for_fit's)
+
+    def add_map(self, name: str, fn, order: int) -> None:
+        """Adds a batch map `fn(x, y, seed) -> (x, y)`."""
+        self.maps.append(BatchMap(name, fn, order))
+
+    def evaluation_data(self, data):
+        """Validation or evaluation data with its labels in the training form (one-hot
+        when the plan made the training labels one-hot); nothing else changes."""
+        maps = [m for m in self.maps if m.order == 1]
+        return transform(data, maps, 0) if maps else data
+
+    def rebuild_optimizer(self, **changes) -> None:
+        """Replaces the optimizer by a copy of it with `changes` to its config."""
+        self.optimizer = rebuilt(self.optimizer, **changes)
+
+    def table(self) -> list[tuple[str, str]]:
+        """`(method, what it changes)` rows, then `(method, "dropped: why")` rows."""
+        rows = [(m.name, m.changes) for m in self.methods]
+        return rows + [(name, f"dropped: {why}") for name, why in self.dropped]
+
+    def describe(self) -> str:
+        """The table as text, one method a line."""
+        width = max((len(name) for name, _ in self.table()), default=0)
+        return "\n".join(f"{name:<{width}}  {text}" for name, text in self.table())
+
+
+class Method:
+    """Base of the speed-up methods: override `check` and `apply`.
+
+    Attributes:
+        name: the method's name in the settings table.
+        changes: one sentence: what of the training it changes.
+        kinds: job kinds it applies to ("image", "sequence", "tabular").
+        stateful: how its state survives a resume (None: it has none).
+    """
+
+    name = "method"
+    changes = ""
+    kinds = ("image", "sequence", "tabular")
+    stateful: str | None = None
+
+    def check(self, job: Job) -> None:
+        """Raises ValueError or TypeError when the method cannot apply to `job`."""
+
+    def apply(self, plan: Plan) -> None:
+        """Adds this method's part (maps, loss, optimizer, callbacks) to `plan`."""
+        raise NotImplementedError
+
+    def __repr__(self) -> str:
+        fields = ", ".join(f"{k}={v!r}" for k, v in vars(self).items() if not k.startswith("_"))
+        return f"{type(self).__name__}({fields})"
+
+
+def optimizer_object(optimizer):
+    """The optimizer as an object: a name or config gets `keras.optimizers.get`."""
+    if isinstance(optimizer, keras.optimizers.Optimizer):
+        return optimizer
+    if isinstance(optimizer, (str, dict)):
+        return keras.optimizers.get(optimizer)
+    raise TypeError(
+        f"The methods need a Keras optimizer object or name, got {type(optimizer).__name__}. "
+        "Pass e.g. keras.optimizers.Adam(1e-3)."
+    )
+
+
+def rebuilt(optimizer, **changes):
+    """A copy of `optimizer` (not yet built) with `changes` to its config.
+
+    Raises:
+        ValueError: the optimizer was built already (it holds slot variables).
+    """
+    optimizer = optimizer_object(optimizer)
+    inner = getattr(optimizer, "inner_optimizer", None)
+    if inner is not None:
+        raise TypeError(
+            "The methods change the optimizer before loss scaling wraps it: pass the inner "
+            "optimizer (the Trainer wraps it for float16 itself)."
+        )
+    if optimizer.built:
+        raise ValueError(
+            f"{type(optimizer).__name__} is built already (it has trained, or "
+            "model.compile/fit built it): the methods change the learning rate and the "
+            "averaging before the first step. Pass a fresh optimizer."
+        )
+    config = optimizer.get_config()
+    config.update(changes)
+    return type(optimizer).from_config(config)
+
+
+def learning_rate_of(optimizer) -> float:
+    """The optimizer's base learning rate as a float (a schedule's rate at step 0)."""
+    rate = optimizer_object(optimizer).get_config()["learning_rate"]
+    if isinstance(rate, dict):  # a serialized schedule
+        schedule = keras.optimizers.schedules.deserialize(rate)
+        return float(keras.ops.convert_to_numpy(schedule(0)))
+    return float(rate)

@@ -1,0 +1,233 @@
+"""Composing methods: the rules, the "fast" stacks, and what to pass to `model.fit`.
+
+`for_fit(methods, model, dataset, epochs=..., loss=..., optimizer=...)` checks every
+method against the job (before step 1), applies them in a fixed order and returns a
+`Plan`: the transformed dataset, the loss and optimizer to compile with, the callbacks.
+
+Rules (`compose`): a method given twice keeps its first; one learning-rate schedule
+(OneCycle or WarmupCosine); one batch mixing (MixUp or CutMix: both mix the same
+pair of labels); label smoothing with a mixing is applied once, by the loss, to the
+mixed targets (never to the labels before mixing as well). `"fast"` is the stack
+measured best for the job's kind (`FAST`, from `benchmarks/time_to_accuracy.py`); a
+method of it that does not fit the model (e.g. stochastic depth without residual blocks)
+is dropped with the reason instead of failing.
+
+Example:
+    >>> plan = methods.for_fit("fast", model, train, epochs=10,
+    ...                        loss="sparse_categorical_crossentropy", optimizer=Adam())
+    >>> model.compile(plan.optimizer, plan.loss, metrics=["accuracy"])
+    >>> model.fit(plan.dataset, epochs=10, callbacks=plan.callbacks,
+    ...           validation_data=plan.evaluation_data(val))          # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import random
+
+import tensorflow as tf
+
+from tfaccel.methods.averaging import EMA
+from tfaccel.methods.base import Job, Method, Plan, optimizer_object
+from tfaccel.methods.batch_maps import transform
+from tfaccel.methods.depth import StochasticDepth
+from tfaccel.methods.freezing import LayerFreezing
+from tfaccel.methods.label_methods import CutMix, LabelSmoothing, MixUp
+from tfaccel.methods.resizing import ProgressiveResizing
+from tfaccel.methods.schedules import OneCycle, WarmupCosine
+
+KINDS = ("image", "sequence", "tabular")
+# The order methods are applied in (maps are ordered by their own stage).
+ORDER = (
+    OneCycle,
+    WarmupCosine,
+    EMA,
+    LabelSmoothing,
+    MixUp,
+    CutMix,
+    ProgressiveResizing,
+    LayerFreezing,
+    StochasticDepth,
+)
+_GROUPS = (
+    ((OneCycle, WarmupCosine), "one learning-rate schedule at a time"),
+    ((MixUp, CutMix), "one batch mixing at a time (both mix the same pairs of labels)"),
+)
+
+
+def _fast_image():
+    return [OneCycle(), LabelSmoothing(0.1)]
+
+
+def _fast_sequence():
+    return [OneCycle(), LabelSmoothing(0.1)]
+
+
+def _fast_tabular():
+    return [OneCycle()]
+
+
+# What "fast" holds per job kind: the stacks benchmarks/time_to_accuracy.py measured
+# best (see docs/how-to/train-to-accuracy.md for the figures).
+FAST = {"image": _fast_image, "sequence": _fast_sequence, "tabular": _fast_tabular}
+
+
+def kind_of(element_spec) -> str:
+    """The job's kind from its features: rank 4 "image", rank 3 "sequence", else "tabular"."""
+    spec = element_spec[0] if isinstance(element_spec, tuple) else element_spec
+    rank = getattr(getattr(spec, "shape", None), "rank", None)
+    return {4: "image", 3: "sequence"}.get(rank, "tabular")
+
+
+def resolve(methods, kind: str | None = None) -> list[Method]:
+    """The methods a `methods=` argument names: a list of `Method`s, or "fast" / "none".
+
+    Args:
+        methods: "fast", "none", None, a `Method`, or a list of them.
+        kind: the job's kind for "fast": "image", "sequence" or "tabular".
+
+    Raises:
+        ValueError: an unknown name or kind (the message lists the valid ones).
+        TypeError: an entry that is not a `tfaccel.methods` method.
+    """
+    if methods is None or methods == "none":
+        return []
+    if isinstance(methods, str):
+        if methods != "fast":
+            raise ValueError(f"methods={methods!r}: use 'fast', 'none' or a list of methods.")
+        if kind not in FAST:
+            raise ValueError(f"methods='fast' needs the job's kind, one of {KINDS}; got {kind!r}.")
+        return FAST[kind]()
+    items = [methods] if isinstance(methods, Method) else list(methods)
+    for item in items:
+        if not isinstance(item, Method):
+            raise TypeError(
+                f"methods= holds {item!r}, not a tfaccel.methods method (e.g. "
+                "methods.LabelSmoothing(0.1), methods.EMA(0.99))."
+            )
+    return items
+
+
+def compose(methods: list[Method]) -> tuple[list[Method], list[tuple[str, str]]]:
+    """Applies the composition rules: returns (methods in order, [(dropped, why)])."""
+    kept, dropped = [], []
+    for method in methods:
+        twin = next((m for m in kept if type(m) is type(method)), None)
+        if twin is not None:
+            dropped.append((method.name, f"given twice; the first ({twin!r}) is kept"))
+            continue
+        clash = next(
+            (
+                (m, why)
+                for group, why in _GROUPS
+                for m in kept
+                if isinstance(m, group) and isinstance(method, group)
+            ),
+            None,
+        )
+        if clash is not None:
+            dropped.append((method.name, f"{clash[1]}: {clash[0].name} is kept"))
+            continue
+        kept.append(method)
+    kept.sort(key=lambda m: ORDER.index(type(m)) if type(m) in ORDER else len(ORDER))
+    return kept, dropped
+
+
+def steps_of(dataset, steps_per_epoch) -> int:
+    """Steps per epoch: given, or the dataset's finite length."""
+    if steps_per_epoch is not None:
+        if isinstance(steps_per_epoch, bool) or int(steps_per_epoch) < 1:
+            raise ValueError(f"steps_per_epoch must be a positive int, got {steps_per_epoch!r}.")
+        return int(steps_per_epoch)
+    length = int(dataset.cardinality()) if isinstance(dataset, tf.data.Dataset) else -2
+    if length < 1:
+        raise ValueError(
+            "The methods size their schedules to the job: pass steps_per_epoch= for a "
+            "dataset of unknown or infinite length."
+        )
+    return length
+
+
+def plan_for(methods, job: Job, *, kind: str | None = None, seed: int | None = None) -> Plan:
+    """Resolves, composes, checks and applies `methods` to `job`; returns the `Plan`
+    (without a dataset: `for_fit` and the Trainer transform theirs with `plan.maps`).
+
+    With "fast", a method whose check fails is dropped with its reason; a method the
+    user named raises.
+    """
+    fast = methods == "fast"
+    chosen, dropped = compose(resolve(methods, kind or kind_of(job.element_spec)))
+    plan = Plan(job)
+    plan.dropped = dropped
+    plan.seed = random.randrange(2**31) if seed is None else int(seed)
+    for method in chosen:
+        try:
+            method.check(job)
+        except (ValueError, TypeError) as error:
+            if not fast:
+                raise
+            plan.dropped.append((method.name, f"does not fit this job: {error}"))
+            continue
+        method.apply(plan)
+        plan.methods.append(method)
+    return plan
+
+
+def for_fit(
+    methods,
+    model,
+    dataset,
+    *,
+    epochs: int,
+    loss,
+    optimizer="adam",
+    steps_per_epoch: int | None = None,
+    batch_size: int | None = None,
+    kind: str | None = None,
+    seed: int | None = None,
+) -> Plan:
+    """What to pass to `model.compile` and `model.fit` to train with `methods`.
+
+    Args:
+        methods: "fast", a method or a list of them (see `resolve`).
+        model: the Keras model (built: its input and output shapes are read).
+        dataset: the batched training dataset of `(x, y[, sample_weight])`, or a dataset
+            function (`tfaccel.data.pipeline`'s result under a strategy).
+        epochs: the job's epochs (the schedules and stages are sized to them).
+        loss: the loss the user would compile with (a name or `keras.losses.Loss`).
+        optimizer: the optimizer (object or name, not yet built).
+        steps_per_epoch: steps per epoch (default: the dataset's length).
+        batch_size: the global batch (default: the dataset's static batch, if any).
+        kind: "image", "sequence" or "tabular" (default: from the features' rank).
+        seed: the batch maps' seed (default: random).
+
+    Returns:
+        A `Plan`: `.dataset`, `.loss`, `.optimizer`, `.callbacks`, `.evaluation_data(ds)`
+        (validation data with the labels in the training form) and `.describe()`.
+
+    Raises:
+        ValueError, TypeError: a method that cannot apply (each method's `check`), bad
+            `epochs` or `steps_per_epoch`, a dataset of unknown length without
+            `steps_per_epoch`.
+    """
+    if isinstance(epochs, bool) or not isinstance(epochs, int) or epochs < 1:
+        raise ValueError(f"epochs must be a positive int, got {epochs!r}.")
+    spec = dataset.element_spec if isinstance(dataset, tf.data.Dataset) else None
+    if spec is None:
+        spec = dataset(None).element_spec
+    if not isinstance(spec, tuple) or len(spec) not in (2, 3):
+        raise TypeError(f"The methods need batches of (x, y[, sample_weight]), got {spec}.")
+    if batch_size is None:
+        first = tf.nest.flatten(spec[0])[0].shape
+        batch_size = first[0] if first.rank else None
+    job = Job(
+        model,
+        loss,
+        optimizer_object(optimizer),
+        spec,
+        epochs,
+        steps_of(dataset, steps_per_epoch),
+        batch_size,
+    )
+    plan = plan_for(methods, job, kind=kind, seed=seed)
+    plan.dataset = transform(dataset, plan.maps, plan.seed)
+    return plan
