@@ -152,8 +152,9 @@ def test_sigterm_stops_a_worker_waiting_for_its_peers():
         assert "from TF_CONFIG" in lines[-1]
         time.sleep(0.5)  # inside the wait now
         waiter.send_signal(signal.SIGTERM)
-        assert waiter.wait(timeout=60) == -signal.SIGTERM
+        assert waiter.wait(timeout=60) == 128 + signal.SIGTERM
         assert "joined" not in waiter.stdout.read()
+        assert "tfaccel: SIGTERM while worker 127.0.0.1:" in waiter.stderr.read()
     finally:
         if waiter.poll() is None:
             waiter.kill()
