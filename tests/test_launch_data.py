@@ -100,6 +100,10 @@ def test_launch_runs_a_service_for_the_job_and_stops_it():
     )
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-3000:]
     assert "[launch] tf.data service: a dispatcher and 2 worker process(es)" in result.stderr
+    assert "tfaccel data service: the dispatcher and 2 worker(s) of grpc://localhost:" in (
+        result.stderr
+    )
+    assert "listen(s) on EVERY network interface" in result.stderr
     line = next(x for x in result.stdout.splitlines() if '"address"' in x)
     said = json.loads(line[line.index("{") :])
     assert said["address"].startswith("grpc://localhost:")

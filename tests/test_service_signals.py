@@ -1,4 +1,5 @@
-"""`tfaccel data-service` servers stop on Ctrl-C (SIGINT) and say so."""
+"""`tfaccel data-service` servers stop on Ctrl-C (SIGINT) and say so; the CLI says
+that they listen on every interface."""
 
 import os
 import signal
@@ -28,10 +29,11 @@ def _interrupt(process, role):
     said = process.stderr.read()
     assert status == 130, said
     assert f"tfaccel data-service {role}: interrupted (Ctrl-C); stopped" in said
+    return said
 
 
 def test_ctrl_c_stops_the_dispatcher_and_a_worker_saying_so():
-    dispatcher = _start("dispatcher", "--port", "0", "--quiet")
+    dispatcher = _start("dispatcher", "--port", "0")
     worker = None
     try:
         line = dispatcher.stdout.readline()
@@ -40,7 +42,9 @@ def test_ctrl_c_stops_the_dispatcher_and_a_worker_saying_so():
         worker = _start("worker", "--dispatcher", f"localhost:{port}", "--quiet")
         assert worker.stdout.readline().startswith(f"{server.READY} worker of localhost:{port}")
         _interrupt(worker, "worker")
-        _interrupt(dispatcher, "dispatcher")
+        said = _interrupt(dispatcher, "dispatcher")
+        assert "dispatcher: listening on every interface of this machine" in said
+        assert "no authentication" in said
     finally:
         for process in (worker, dispatcher):
             if process is not None and process.poll() is None:

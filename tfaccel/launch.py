@@ -25,8 +25,9 @@ Workers die with the launcher even when it is killed (Linux `PR_SET_PDEATHSIG`).
 
 Network: TensorFlow's gRPC server binds every interface (`0.0.0.0:<port>`, hard-coded
 in TensorFlow's grpc_server_lib, with no option to bind loopback) although `TF_CONFIG`
-names 127.0.0.1; these servers are unauthenticated. The launcher says so at start: on
-a host reachable from untrusted networks, firewall the ports it prints. Each
+names 127.0.0.1; these servers are unauthenticated. The launcher says so, with the
+ports, each time it starts the workers: on a host reachable from untrusted networks,
+firewall the ports it prints. Each
 restart is announced on stderr; after the last one the launcher exits with the last
 failure's status.
 
@@ -247,17 +248,10 @@ def launch(
     )
     out, err = out or sys.stdout, err or sys.stderr
     deadline = None if timeout_s is None else time.monotonic() + timeout_s
-    if workers > 1:
-        err.write(
-            "[launch] note: TensorFlow's worker servers listen on every network interface "
-            "(TensorFlow cannot bind them to 127.0.0.1 only) and are unauthenticated; on a "
-            "host reachable from untrusted networks, firewall the ports it uses.\n"
-        )
-        err.flush()
     restarts = 0
     while True:
         result = _run_once(
-            command, workers, cpus_per_worker, (deadline, timeout_s), startup_timeout_s, out
+            command, workers, cpus_per_worker, (deadline, timeout_s), startup_timeout_s, out, err
         )
         if result.status == 0 or not result.restartable:
             return result.status
@@ -308,9 +302,17 @@ class _Result:
         self.worker = worker
 
 
-def _run_once(command, workers, cpus_per_worker, timeout, startup_timeout_s, out) -> _Result:
+def _run_once(command, workers, cpus_per_worker, timeout, startup_timeout_s, out, err) -> _Result:
     """Starts the workers once and supervises them; `timeout` is (deadline, seconds)."""
     ports = free_ports(workers)
+    if workers > 1:  # each start: new servers, new ports
+        err.write(
+            "[launch] note: the workers' TensorFlow servers will listen on EVERY network "
+            f"interface (ports {', '.join(map(str, ports))}), not only on 127.0.0.1: "
+            "TensorFlow has no bind address. They are unauthenticated; on a host reachable "
+            "from untrusted networks, firewall these ports.\n"
+        )
+        err.flush()
     relay = Relay(out)
     for index in range(workers):
         env = dict(os.environ, TF_CONFIG=tf_config(ports, index), PYTHONUNBUFFERED="1")

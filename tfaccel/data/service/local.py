@@ -8,7 +8,8 @@ on an exception and on Ctrl-C. On a cluster, start the same servers with
 --dispatcher HOST:P`, and pass `service="grpc://HOST:P"` to `data.pipeline`.
 
 TensorFlow's servers listen on every interface (they have no bind address), and the
-service has no authentication: use it on a trusted machine or network.
+service has no authentication: `local` says so on stderr each time it starts servers;
+use it on a trusted machine or network.
 
 Example:
     >>> with data.service.local(2) as service:                       # doctest: +SKIP
@@ -216,7 +217,8 @@ def local(
     """Starts a dispatcher and `workers` worker processes on this machine.
 
     Use it as a context manager; the processes end with the block (or `close()`), with
-    this process (even when it is killed), on an exception and on Ctrl-C.
+    this process (even when it is killed), on an exception and on Ctrl-C. Each call
+    says on stderr that the servers listen on every interface, unauthenticated.
 
     Args:
         workers: worker processes (>= 1): each runs the pipeline's preprocessing with
@@ -265,6 +267,8 @@ def local(
     service = LocalService(
         f"grpc://{address}", workers, addresses, processes, static_sharding, key=key
     )
+    what = f"the dispatcher and {workers} worker(s) of {service.address}"
+    server.say_exposed(what, [port, *ports[1:]])
     service.watch = Watch(service, stall_timeout_s)
     service.watch.start()
     return service

@@ -181,6 +181,20 @@ def _register(line: str, key: bytes | None) -> None:
     print(f"registered {len(functions)}", flush=True)
 
 
+def say_exposed(what: str, ports: list[int], err=None) -> None:
+    """Says on `err` (default stderr), each time servers start, that `what` listens on
+    every interface at `ports`: TensorFlow's servers cannot be bound to loopback."""
+    listed = ", ".join(str(port) for port in ports)
+    print(
+        f"tfaccel data service: {what} listen(s) on EVERY network interface of this machine "
+        f"(ports {listed}), not only on loopback: TensorFlow's servers have no bind "
+        f"address. {NO_AUTHENTICATION} On a host reachable from untrusted networks, "
+        "firewall these ports.",
+        file=err or sys.stderr,
+        flush=True,
+    )
+
+
 def say_no_authentication(what: str) -> None:
     """Prints the no-authentication warning for a server listening on every interface."""
     print(
