@@ -158,3 +158,23 @@ def test_tune_skips_a_range_test_its_first_reading_projects_past_the_bound(monke
     threshold = re.search(r"from ([\d,]+) examples up it fits$", tuned.note)[1]
     threshold = int(threshold.replace(",", ""))
     assert 48_000 <= threshold < 48_000 + 16_000  # 3 s (+ what tune spent, < 1 s) / 10 %
+
+
+def test_the_range_test_declines_a_job_too_short_for_it_and_says_from_what_size():
+    clock = FakeClock()
+    ramp = finder.LRRangeTest(
+        types.SimpleNamespace(set=lambda rate: None), 1e-4, 1.0, 50, job_steps=500, batch=16,
+        clock=clock,
+    )  # fmt: skip
+    ramp.set_model(types.SimpleNamespace(stop_training=False))
+    ramp.on_train_begin()
+    for step, now in enumerate([0.5, 0.5625, 0.625]):  # traced in 0.5 s, then 62.5 ms a step
+        clock.now = now
+        ramp.on_train_batch_begin(step)
+        ramp.on_train_batch_end(step, {"loss": 1.0})
+    # 0.625 s + 47 steps of 62.5 ms = 3.5625 s, past 10 % of 500 steps of 62.5 ms (3.125 s);
+    # it fits 10 % of 570 steps: 9,120 examples at batch 16
+    assert ramp.stopped == "declined" and ramp.declined == (
+        "declined after 3 steps (0.62 s, 2.0% of the job's 31 s): the ramp of 50 steps "
+        "projects 3.6 s, past 10% of the job; from 9,120 examples up it runs"
+    )

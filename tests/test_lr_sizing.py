@@ -10,6 +10,7 @@ import tensorflow as tf
 
 from tfaccel import tuning
 from tfaccel.tuning import joint
+from tfaccel.tuning.lr import decline as lr_decline
 from tfaccel.tuning.lr import sizing as lr_sizing
 
 X = np.random.default_rng(1).normal(size=(512, 8)).astype("float32")
@@ -56,7 +57,10 @@ def test_a_job_too_small_to_pay_runs_nothing(tmp_path, monkeypatch):
     assert (tmp_path / "lr.png").stat().st_size > 0
 
 
-def test_a_job_of_known_size_gets_a_ramp_of_its_share():
+def test_a_job_of_known_size_gets_a_ramp_of_its_share(monkeypatch):
+    # The steps alone: on this tiny model the job's seconds are too few for the test to
+    # pay, and it would decline at its first reading (tests/test_decline.py).
+    monkeypatch.setattr(lr_decline, "PROBE_SHARE", 1e9)
     # 1000 steps at batch 16: a ramp of 50 (under num_steps=100)
     report = tuning.find_learning_rate(
         _model(), _dataset(), job_examples=16_000, max_lr=1e-2, num_steps=100

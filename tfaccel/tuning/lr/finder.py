@@ -57,8 +57,9 @@ class LRRangeTest(keras.callbacks.Callback):
         budget_s: stop after this many seconds (None: no limit).
         stop_factor: the divergence threshold (a multiple of the lowest loss).
         on_begin: called with no argument at `on_train_begin` (the snapshot).
-        clock: seconds (a fake one in tests). With `budget_s`, the first timed steps
-            project the ramp's end, and it declines at once past it (`lr_decline`).
+        job_steps, batch: the job's steps and batch, when known.
+        clock: seconds (a fake one in tests). The first timed steps project the ramp's
+            end; past `budget_s` or a share of the job it declines at once (`lr_decline`).
     """
 
     def __init__(
@@ -71,10 +72,12 @@ class LRRangeTest(keras.callbacks.Callback):
         stop_factor=4.0,
         on_begin=None,
         *,
+        job_steps=None,
+        batch=None,
         clock=time.perf_counter,
     ):
         super().__init__()
-        self.clock = clock
+        self.job_steps, self.batch, self.clock = job_steps, batch, clock
         self.declined: str | None = None
         self._ends: list[tuple[float, int]] = []
         self.control = control
@@ -138,7 +141,9 @@ class LRRangeTest(keras.callbacks.Callback):
         pairs = zip(self._ends[:-1], self._ends[1:], strict=True)
         step_s = min((b[0] - a[0]) / max(b[1] - a[1], 1) for a, b in pairs)
         elapsed, steps = self.clock() - self._began, self.num_steps
-        self.declined = lr_decline.project(elapsed, self.done, step_s, steps, self.budget_s)
+        self.declined = lr_decline.project(
+            elapsed, self.done, step_s, steps, self.budget_s, self.job_steps, self.batch
+        )
         return "declined" if self.declined else None
 
 
@@ -342,7 +347,9 @@ def find_learning_rate(
         job_examples: the job's size (epochs × examples), as `find_batch_size` takes: the
             ramp is then at most `lr_sizing.RAMP_SHARE` (5 %) of the job's steps, and
             below `lr_sizing.MIN_RAMP` steps nothing runs (no suggestion, reason "too
-            small to pay").
+            small to pay"); and when the first timed steps project the test past 10 % of
+            the job's time, it stops there (stopped "declined", from what job size it
+            runs).
         verbose: passed to `fit`.
 
     Returns:
@@ -356,6 +363,7 @@ def find_learning_rate(
     """
     _check_arguments(min_lr, max_lr, num_steps, budget_s, stop_factor)
     model, optimizer, objects, trainer = _target(target)
+    job_steps = batch = None
     if job_examples is not None:
         lr_sizing.check_job_examples(job_examples)
         batch = lr_sizing.batch_of(data, y, batch_size)
@@ -373,7 +381,10 @@ def find_learning_rate(
         )
     snapshot = _Snapshot(objects, model, trainer)
     control = RateControl(optimizer)
-    ramp = LRRangeTest(control, min_lr, max_lr, num_steps, budget_s, stop_factor, snapshot.take)
+    ramp = LRRangeTest(
+        control, min_lr, max_lr, num_steps, budget_s, stop_factor, snapshot.take,
+        job_steps=job_steps, batch=batch,
+    )  # fmt: skip
     kwargs = {"batch_size": batch_size} if y is not None else {}
     if trainer is None and isinstance(data, tf.data.Dataset):
         kwargs["shuffle"] = False  # Keras warns that a dataset is not shuffled by fit
