@@ -20,27 +20,39 @@ class BatchMap:
     order: int  # smaller first: resizing (0) before one-hot (1) before mixing (2)
 
 
+def content_key(x) -> tf.Tensor:
+    """An int64 key of a batch's features: an order-sensitive sum of their bits.
+
+    The same batch gives the same key in any run (integer arithmetic, exact), so a
+    resumed run, which the Trainer feeds the same batches, mixes them the same way;
+    a shuffled epoch gives other batches, hence other keys.
+    """
+    flat = tf.reshape(tf.cast(tf.nest.flatten(x)[0], tf.float32), [-1])
+    bits = tf.cast(tf.bitcast(flat, tf.int32), tf.int64)
+    weights = tf.range(tf.size(bits, out_type=tf.int64), dtype=tf.int64) % 1009 + 1
+    return tf.reduce_sum(bits * weights)
+
+
 def transform(data, maps, seed: int):
     """`data` (a batched dataset or a dataset function) with the batch maps applied.
 
-    Each batch gets its own stateless seed `[r, i]` (map i) from
-    `tf.data.Dataset.random(seed)`, reshuffled every epoch, so mixing is random per batch
-    and epoch yet repeatable from `seed`.
+    Map i of a batch gets the stateless seed `[seed + i, content_key(features)]`: random
+    per batch (and per epoch when the data is shuffled), repeatable from `seed`, and the
+    same again for the same batch in a resumed run. Unshuffled data is mixed alike every
+    epoch. (tf.data's `Dataset.random` would change per epoch, but does not restore its
+    per-epoch state from an iterator checkpoint; see `tfaccel.data.order.augment_seeds`.)
     """
     if not maps:
         return data
     if callable(data) and not isinstance(data, tf.data.Dataset):
         return lambda context: transform(data(context), maps, seed)
     maps = sorted(maps, key=lambda m: m.order)
-    draws = tf.data.Dataset.random(seed=seed, rerandomize_each_iteration=True)
 
-    def apply(element, draw):
+    def apply(*element):
         x, y, *rest = element
+        key = content_key(x)
         for i, batch_map in enumerate(maps):
-            x, y = batch_map.fn(x, y, tf.stack([draw, tf.constant(i, tf.int64)]))
+            x, y = batch_map.fn(x, y, tf.stack([tf.constant(seed + i, tf.int64), key]))
         return (x, y, *rest)
 
-    zipped = tf.data.Dataset.zip((data, draws))
-    return zipped.map(apply, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True).prefetch(
-        tf.data.AUTOTUNE
-    )
+    return data.map(apply, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)

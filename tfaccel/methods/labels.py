@@ -57,7 +57,10 @@ def loss_info(loss) -> LossInfo:
                 float(config.get("label_smoothing", 0.0) or 0.0),
                 type(loss).__name__,
             )
-    return LossInfo("other", name=getattr(loss, "__name__", type(loss).__name__))
+    name = getattr(loss, "__name__", None)
+    if name in _NAMES and loss is keras.losses.get(name):  # Keras' function (from_logits off)
+        return LossInfo(_NAMES[name], name=name)
+    return LossInfo("other", name=name or type(loss).__name__)
 
 
 def classes_of(model: keras.Model) -> int:
@@ -81,7 +84,8 @@ def check_class_labels(job, method: str) -> LossInfo:
     """
     info = job.loss_info
     if info.kind == "other":
-        if isinstance(job.loss, str) or isinstance(job.loss, keras.losses.Loss):
+        keras_own = getattr(job.loss, "__module__", "").startswith("keras")
+        if isinstance(job.loss, (str, keras.losses.Loss)) or keras_own:
             raise ValueError(
                 f"{method} mixes or softens class labels, but the loss is {info.name!r}, a "
                 "regression loss: soft class targets mean nothing to it. Leave "

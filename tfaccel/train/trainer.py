@@ -28,6 +28,7 @@ from tfaccel.train.setup import (
     array_inputs,
     compiled,
     inputs,
+    methods_setup,
     remainder,
     settings,
     xla_choice,
@@ -98,6 +99,8 @@ class Trainer:
             is 5 % faster. The settings table shows the rates and the choice. Weights,
             random states and the data's position are as if nothing had been timed. A
             model object trained as a copy gets the trained weights back when fit ends.
+        methods: `tfaccel.methods` to apply: a list, "fast" (the stack measured best for the
+            job's kind) or None; applied at the first `fit` (`setup.methods_setup`).
 
     Raises:
         TypeError: `model` is not a model or a function building one; `optimizer`
@@ -124,6 +127,7 @@ class Trainer:
         accumulate_steps=1,
         on_oom="raise",
         precision=None,
+        methods=None,
     ):
         self._precision = None if precision in (None, "auto") else _policy_name(precision)
         self._auto_precision = precision == "auto"
@@ -160,6 +164,7 @@ class Trainer:
             self._train_under(self._precision, "given")
         self.preempted = False
         self.settings: dict = {}
+        self.methods = methods_setup.Methods(methods)  # its plan is made at the first fit
 
     def _make_runner(self, policy=None) -> None:
         """The inner loop and the state it owns; fit's outer loop sees only its interface.
@@ -251,7 +256,7 @@ class Trainer:
         Raises:
             ValueError, TypeError: the input checks `fit` documents.
         """
-        feed = data if isinstance(data, Feed) else Feed(data, self.strategy, what=what)
+        feed = self.methods.feed(data, self.strategy, what)  # a Feed of data, mapped by methods
         inputs.check_elements(feed.element_spec, self.model)
         inputs.check_not_empty(feed, what)
         inputs.check_finite(feed, steps, what)
@@ -405,6 +410,7 @@ class Trainer:
         checkpointing = Checkpointing(checkpoint_dir, checkpoint_every, keep, resume)
         faults = FaultPolicy(divergence_loops, restore_on_divergence, exit_on_preemption)
         train = Feed(train_data, self.strategy, what="training")
+        train, callbacks = self.methods.apply(self, train, callbacks, steps_per_epoch, epochs)
         self._choose_step(train, steps_per_epoch, epochs - initial_epoch)
         self.feed(train, steps=steps_per_epoch)
         remainder.warn_if_dropped(train, self.jit_compile)

@@ -93,6 +93,7 @@ class Feed:
         self.data, self.strategy, self.what = data, strategy, what
         self._build = _Build(data, strategy)
         self._transforms: tuple = ()
+        self._probe_maps: tuple = ()  # mapped(): what the value checks read, mapped alike
         self._fingerprint: Fingerprint | None = None
 
     def _derived(self, transform) -> Feed:
@@ -116,7 +117,10 @@ class Feed:
     @property
     def probe(self) -> tf.data.Dataset:
         """Batches for value checks that leave the training order alone (module doc)."""
-        return self._build.probe
+        probe = self._build.probe
+        for fn in self._probe_maps:
+            probe = fn(probe)
+        return probe
 
     @property
     def element_spec(self):
@@ -225,6 +229,14 @@ class Feed:
         """The data repeated indefinitely (one stream over all epochs)."""
         return self._derived(lambda ds, context: ds.repeat())
 
+    def mapped(self, fn) -> Feed:
+        """The data with `fn(dataset) -> dataset` applied to its batches (and to the probe,
+        so the value checks read what training reads): e.g. `tfaccel.methods`' batch maps.
+        The fingerprint stays the source data's."""
+        feed = self._derived(lambda ds, context: fn(ds))
+        feed._probe_maps = (*self._probe_maps, fn)
+        return feed
+
     def skipped(self, steps: int) -> Feed:
         """The data after `steps` global steps (a resumed run's fast-forward)."""
 
@@ -243,6 +255,7 @@ class Feed:
         one's shuffle seeds, e.g. timing before training); a dataset stays itself."""
         feed = Feed(self.data, self.strategy, what=self.what)
         feed._transforms = self._transforms
+        feed._probe_maps = self._probe_maps
         return feed
 
     def distribute(self, endless: bool = False):

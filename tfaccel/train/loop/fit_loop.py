@@ -315,9 +315,11 @@ class FitLoop:
                     return self._stop_for_preemption(epoch_logs)
                 epoch_logs = self.runner.epoch_logs()
                 if self.val_dataset is not None:
+                    self.callbacks.on_test_begin()  # as model.fit's validation (e.g. EMA's swap)
                     val_logs = self.runner.evaluate(
                         iterators.adopt(iter(self.val_dataset)), self.validation_steps
                     )
+                    self.callbacks.on_test_end(val_logs)
                     epoch_logs.update({f"val_{k}": v for k, v in val_logs.items()})
                 if status == "done":
                     self.runner.set_position(epoch=epoch + 1, epoch_step=0)

@@ -78,6 +78,7 @@ def resolve(trainer, feed, steps_per_epoch: int | None) -> dict:
         "devices": _device_names(trainer.strategy),
         **({"input_service": feed.service.describe()} if feed.service is not None else {}),
         "input_order": _order_text(feed),
+        **(trainer.methods.rows() if hasattr(trainer, "methods") else {}),
     }
 
 

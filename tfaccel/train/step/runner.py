@@ -137,6 +137,11 @@ class Runner:
             micro_batches=micro_batches,
         )
 
+    def retrace(self) -> None:
+        """New step loops, traced anew: after the trainable variables changed (freezing)."""
+        if self.loops is not None:
+            self.loops = self._step_loops(self.micro_batches)
+
     # -- running -----------------------------------------------------------------------
 
     def train(self, iterator, num_steps: int, *, stop_flag: bool = False) -> LoopResult:

@@ -1,0 +1,175 @@
+"""tfaccel.methods in the Trainer: the same numbers as model.fit, the settings table,
+exact resume with the stateful methods on, errors before step 1."""
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import tfaccel
+from tfaccel import methods
+
+RNG = np.random.default_rng(0)
+X = RNG.normal(size=(64, 6)).astype("float32")
+Y = RNG.integers(0, 3, size=64).astype("int32")
+
+
+def build(seed=1):
+    keras.utils.set_random_seed(seed)
+    return keras.Sequential(
+        [
+            keras.Input((6,)),
+            keras.layers.Dense(8, activation="relu"),
+            keras.layers.Dense(3, activation="softmax"),
+        ]
+    )
+
+
+def dataset(batch=16):
+    return tf.data.Dataset.from_tensor_slices((X, Y)).batch(batch)
+
+
+def deterministic():
+    return [methods.LabelSmoothing(0.1), methods.OneCycle(peak=0.05)]
+
+
+def max_diff(a, b):
+    return max(float(np.max(np.abs(u - v))) for u, v in zip(a, b, strict=True))
+
+
+def trainer(chosen, **kwargs):
+    return tfaccel.Trainer(
+        build,
+        optimizer=keras.optimizers.SGD(0.1),
+        loss="sparse_categorical_crossentropy",
+        metrics=["accuracy"],
+        strategy=tf.distribute.get_strategy(),
+        steps_per_loop=2,
+        jit_compile=False,
+        methods=chosen,
+        **kwargs,
+    )
+
+
+def test_trainer_path_equals_model_fit_path_for_label_smoothing_and_schedule():
+    reference = build()
+    plan = methods.for_fit(
+        deterministic(),
+        reference,
+        dataset(),
+        epochs=3,
+        loss="sparse_categorical_crossentropy",
+        optimizer=keras.optimizers.SGD(0.1),
+    )
+    reference.compile(plan.optimizer, plan.loss, metrics=["accuracy"])
+    expected = reference.fit(
+        plan.dataset,
+        epochs=3,
+        validation_data=plan.evaluation_data(dataset()),
+        callbacks=plan.callbacks,
+        verbose=0,
+    ).history
+    ours = trainer(deterministic())
+    history = ours.fit(dataset(), epochs=3, validation_data=dataset(), verbose=0).history
+    assert max_diff(reference.get_weights(), ours.model.get_weights()) < 1e-5
+    np.testing.assert_allclose(history["loss"], expected["loss"], rtol=1e-5)
+    np.testing.assert_allclose(history["val_accuracy"], expected["val_accuracy"], rtol=1e-5)
+    np.testing.assert_allclose(history["val_loss"], expected["val_loss"], rtol=1e-5)
+    assert ours.settings["method: label smoothing"].startswith("the loss")
+    assert ours.settings["method: one-cycle"].startswith("the learning rate")
+    got = ours.evaluate(dataset())  # sparse labels, one-hot'ed as in training
+    want = reference.evaluate(plan.evaluation_data(dataset()), verbose=0, return_dict=True)
+    assert got["loss"] == pytest.approx(want["loss"], rel=1e-5)
+
+
+def test_settings_table_names_each_method_and_what_fast_dropped(capsys):
+    ours = trainer("fast")
+    ours.fit(dataset(), epochs=2, verbose=1)
+    table = capsys.readouterr().out
+    names = [m.name for m in ours.methods.plan.methods]
+    assert names and all(f"method: {name}" in table for name in names)
+
+
+class StopAfter(keras.callbacks.Callback):
+    def __init__(self, epochs):
+        super().__init__()
+        self.epochs = epochs
+
+    def on_epoch_end(self, epoch, logs=None):
+        if epoch + 1 >= self.epochs:
+            self.model.stop_training = True
+
+
+def with_ema():
+    return [methods.OneCycle(peak=0.05), methods.EMA(0.8), methods.LabelSmoothing(0.1)]
+
+
+def with_freezing():
+    return [
+        methods.WarmupCosine(peak=0.05),
+        methods.LayerFreezing(start=0.5, fraction=0.5),
+        methods.MixUp(0.4),
+    ]
+
+
+@pytest.mark.parametrize("stack", [with_ema, with_freezing], ids=["ema", "freezing-mixup"])
+def test_resume_with_stateful_methods_gives_the_uninterrupted_weights(stack, tmp_path):
+    whole = trainer(stack())
+    whole.fit(dataset(), epochs=4, verbose=0)
+    first = trainer(stack())
+    first.fit(dataset(), epochs=4, callbacks=[StopAfter(1)], checkpoint_dir=tmp_path, verbose=0)
+    assert int(first.step) == 4
+    resumed = trainer(stack())
+    resumed.fit(dataset(), epochs=4, checkpoint_dir=tmp_path, verbose=0)
+    assert int(resumed.step) == 16
+    assert max_diff(whole.model.get_weights(), resumed.model.get_weights()) < 1e-6
+    assert not np.allclose(first.model.get_weights()[0], resumed.model.get_weights()[0])
+
+
+def test_ema_and_freezing_do_not_stack():
+    plan = methods.for_fit(
+        [methods.EMA(0.9), methods.LayerFreezing()],
+        build(),
+        dataset(),
+        epochs=4,
+        loss="sparse_categorical_crossentropy",
+    )
+    assert [m.name for m in plan.methods] == ["ema"]
+    assert "trainable variable" in dict(plan.dropped)["layer freezing"]
+
+
+def test_ema_in_the_trainer_evaluates_and_saves_the_averages(tmp_path):
+    ours = trainer([methods.EMA(0.5)])
+    weights = []
+    record = keras.callbacks.LambdaCallback(
+        on_train_batch_end=lambda b, logs: weights.append(ours.model.layers[0].kernel.numpy())
+    )
+    ours.fit(dataset(), epochs=1, callbacks=[record], verbose=0)
+    ours_steps = int(ours.step)
+    assert ours_steps == 4 and len(weights) == 2  # two loops of 2 steps
+    path = ours.save(str(tmp_path / "m.keras"))
+    loaded = keras.saving.load_model(path)
+    np.testing.assert_allclose(loaded.layers[0].kernel.numpy(), ours.model.layers[0].kernel)
+    averages = ours.optimizer._model_variables_moving_average
+    np.testing.assert_allclose(ours.model.layers[0].kernel.numpy(), averages[0].numpy())
+    assert not np.allclose(ours.model.layers[0].kernel.numpy(), weights[-1])
+
+
+def test_bad_methods_raise_before_step_one():
+    with pytest.raises(ValueError, match="'fast', 'none'"):
+        trainer("fastest")
+    ours = tfaccel.Trainer(
+        build,
+        optimizer=keras.optimizers.SGD(0.1),
+        loss="mse",
+        strategy=tf.distribute.get_strategy(),
+        methods=[methods.MixUp(0.2)],
+    )
+    data = tf.data.Dataset.from_tensor_slices((X, RNG.normal(size=(64, 3)).astype("float32")))
+    with pytest.raises(ValueError, match="regression loss"):
+        ours.fit(data.batch(16), epochs=1, verbose=0)
+    assert int(ours.step) == 0
+    long = trainer([methods.WarmupCosine(steps=1000)])
+    with pytest.raises(ValueError, match="longer than the job"):
+        long.fit(dataset(), epochs=2, verbose=0)
+    assert int(long.step) == 0
