@@ -57,7 +57,8 @@ class LRRangeTest(keras.callbacks.Callback):
         budget_s: stop after this many seconds (None: no limit).
         stop_factor: the divergence threshold (a multiple of the lowest loss).
         on_begin: called with no argument at `on_train_begin` (the snapshot).
-        job_steps, batch: the job's steps and batch, when known.
+        job_steps: the job's steps, when known.
+        batch: the job's batch, when known.
         clock: seconds (a fake one in tests). The first timed steps project the ramp's
             end; past `budget_s` or a share of the job it declines at once (`lr_decline`).
     """
