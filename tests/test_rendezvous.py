@@ -104,3 +104,58 @@ def test_a_signal_during_the_wait_ends_it_with_a_message(silent_peer, sig, statu
     name = signal.Signals(sig).name
     assert f"tfaccel: {name} while worker 127.0.0.1:" in said
     assert f"waited for its peers ['{silent_peer}'] (from TF_CONFIG); stopped." in said
+
+
+@pytest.fixture
+def vanishing_peer():
+    """A peer that answers the greeting, then never starts TensorFlow's server."""
+    peer = f"127.0.0.1:{free_ports(1)[0]}"
+    own = f"127.0.0.1:{free_ports(1)[0]}"
+    listener = socket.socket()
+    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    listener.bind(("127.0.0.1", int(peer.rpartition(":")[2])))
+    listener.listen(8)
+    listener.settimeout(0.1)
+    meeting = rendezvous._Meeting(peer, [own], listener)
+    meeting.thread.start()
+    yield own, peer
+    meeting.done.set()
+    meeting.thread.join(5)
+    listener.close()
+
+
+def _met(own, peer, timeout_s):
+    config = {"cluster": {"worker": [own, peer]}, "task": {"type": "worker", "index": 0}}
+    return subprocess.Popen(
+        [sys.executable, "-c", _SCRIPT.format(timeout_s)],
+        env=dict(os.environ, TF_CONFIG=json.dumps(config), TF_CPP_MIN_LOG_LEVEL="2"),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def test_tensorflows_set_up_after_the_meeting_is_bounded(vanishing_peer):
+    # before: the peer met, then gone: TensorFlow's set-up waited for ever
+    script = _met(*vanishing_peer, 3)
+    try:
+        _, said = script.communicate(timeout=120)
+    finally:
+        script.kill()
+    assert script.returncode == -signal.SIGKILL
+    assert (
+        "tfaccel: TensorFlow's cluster set-up did not finish within 3 s of meeting the peers"
+    ) in said
+
+
+def test_ctrl_c_during_tensorflows_set_up_ends_it_with_a_message(vanishing_peer):
+    script = _met(*vanishing_peer, "None")
+    try:
+        _when_waiting(script)
+        time.sleep(2.0)  # met; inside TensorFlow's set-up now
+        script.send_signal(signal.SIGINT)
+        _, said = script.communicate(timeout=60)
+    finally:
+        script.kill()
+    assert script.returncode == -signal.SIGKILL
+    assert "tfaccel: Ctrl-C (SIGINT) during TensorFlow's cluster set-up; stopping" in said

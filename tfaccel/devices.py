@@ -403,9 +403,10 @@ def strategy(
         options = tf.distribute.experimental.CommunicationOptions(
             timeout_seconds=collective_timeout_s
         )
-        made = tf.distribute.MultiWorkerMirroredStrategy(
-            cluster_resolver=info.resolver, communication_options=options
-        )
+        with rendezvous.guarded(startup_timeout_s):  # TensorFlow's set-up, bounded
+            made = tf.distribute.MultiWorkerMirroredStrategy(
+                cluster_resolver=info.resolver, communication_options=options
+            )
         if tf_config and info.source != "Slurm":
             task = tf_config["task"]
             _served_ports.add(tf_config["cluster"][task["type"]][task["index"]])

@@ -15,6 +15,7 @@ during the wait end the process with a message (status 143; `KeyboardInterrupt`)
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import signal
 import socket
@@ -183,3 +184,55 @@ def _meet(meeting: _Meeting, timeout_s: float | None, origin: str) -> None:
                 "script a worker)."
             )
         time.sleep(_POLL_S)
+
+
+_GUARD = """
+import os, select, signal, sys, time
+parent, timeout, wake = int(sys.argv[1]), float(sys.argv[2]), int(sys.argv[3])
+deadline = time.monotonic() + timeout if timeout > 0 else None
+while True:
+    left = None if deadline is None else max(deadline - time.monotonic(), 0.0)
+    ready = select.select([sys.stdin, wake], [], [], left)[0]
+    if sys.stdin in ready:
+        sys.exit(0)  # the set-up finished (or the process ended)
+    if wake in ready:
+        if signal.SIGINT not in os.read(wake, 64):
+            continue
+        why = "Ctrl-C (SIGINT) during TensorFlow's cluster set-up"
+    else:
+        why = (f"TensorFlow's cluster set-up did not finish within {timeout:g} s of "
+               "meeting the peers (a peer lost since?)")
+    print(f"tfaccel: {why}; stopping this worker (SIGKILL: TensorFlow holds the "
+          "interpreter there).", file=sys.stderr, flush=True)
+    os.kill(parent, signal.SIGKILL)
+    sys.exit(1)
+"""
+
+
+@contextlib.contextmanager
+def guarded(timeout_s: float | None):
+    """Bounds TensorFlow's cluster set-up, which holds the interpreter (no Python signal
+    handler runs, TensorFlow's own handler swallows SIGTERM): a watchdog process kills
+    this one, saying why, after `timeout_s` (None: no bound) or on Ctrl-C (the byte
+    Python's signal handler writes to the wake-up pipe)."""
+    import os
+    import subprocess
+
+    main = threading.current_thread() is threading.main_thread()
+    read, write = os.pipe()
+    os.set_blocking(write, False)
+    previous = signal.set_wakeup_fd(write) if main else -1
+    watchdog = subprocess.Popen(
+        [sys.executable, "-c", _GUARD, str(os.getpid()), str(timeout_s or 0), str(read)],
+        stdin=subprocess.PIPE,
+        pass_fds=(read,),
+    )
+    try:
+        yield
+    finally:
+        if main:
+            signal.set_wakeup_fd(previous)
+        watchdog.stdin.close()
+        watchdog.wait()
+        os.close(read)
+        os.close(write)
