@@ -34,8 +34,10 @@ lint: $(TEST_STAMP)
 
 # The tests run on TEST_WORKERS processes (pytest-xdist, each file in one; 0: one process,
 # no xdist). Tests marked `alone` time real jobs to name their limit, so they run after
-# the others, in one process, on a CPU no other test loads.
-TEST_WORKERS ?= 2
+# the others, in one process, on a CPU no other test loads. Three processes on two cores:
+# a third of the suite's time is spent waiting on the subprocesses it starts (workers,
+# servers, killed jobs), which a third process overlaps.
+TEST_WORKERS ?= 3
 
 test: lint
 ifeq ($(TEST_WORKERS),0)

@@ -80,11 +80,12 @@ def browser():
 @pytest.mark.parametrize("name", sorted(PAGES))
 def test_page_renders_with_its_navigation(browser, site_url, name):
     page = browser.new_page(viewport={"width": 1280, "height": 900})
+    page.set_default_timeout(90_000)  # a loaded machine is slow, not wrong
     errors = []
     page.on("pageerror", lambda error: errors.append(str(error)))
     response = page.goto(site_url + PAGES[name], wait_until="load")
     assert response is not None and response.status == 200
-    page.wait_for_selector("nav.md-nav--primary", state="attached", timeout=15_000)
+    page.wait_for_selector("nav.md-nav--primary", state="attached", timeout=90_000)
     links = page.locator("nav.md-nav--primary a.md-nav__link")
     titles = {text.strip() for text in links.all_inner_texts()}
     assert {"Tutorials", "How-to guides", "Reference"} <= titles, titles
@@ -98,11 +99,12 @@ def test_page_renders_with_its_navigation(browser, site_url, name):
 
 def test_search_finds_find_learning_rate(browser, site_url):
     page = browser.new_page(viewport={"width": 1280, "height": 900})
+    page.set_default_timeout(90_000)  # a loaded machine is slow, not wrong
     page.goto(site_url, wait_until="load")
     page.locator("label.md-search__icon, .md-search__input").first.click()
     page.locator("input.md-search__input").fill("find_learning_rate")
     items = page.locator(".md-search-result__item")
-    items.first.wait_for(timeout=20_000)
+    items.first.wait_for(timeout=90_000)
     links = [items.nth(i).locator("a").first.get_attribute("href") for i in range(items.count())]
     text = page.locator(".md-search-result").inner_text()
     assert "find_learning_rate" in text
