@@ -35,8 +35,8 @@ lint: $(TEST_STAMP)
 # The tests run on TEST_WORKERS processes (pytest-xdist, each file in one; 0: one process,
 # no xdist). Tests marked `alone` time real jobs to name their limit, so they run after
 # the others, in one process, on a CPU no other test loads. Three processes on two cores:
-# a third of the suite's time is spent waiting on the subprocesses it starts (workers,
-# servers, killed jobs), which a third process overlaps.
+# many tests wait on the subprocesses they start (workers, servers, killed jobs), which a
+# third process overlaps (the README gives the time measured on a fresh clone).
 TEST_WORKERS ?= 3
 
 test: lint

@@ -297,6 +297,20 @@ def test_min_workers_continues_without_a_lost_worker_exactly(tmp_path, two_worke
     assert_same_run(tmp_path, "out", "out", suffix=".worker0.npz", reference_tmp=two_workers[1])
 
 
+def test_max_workers_grows_a_shrunken_job_back_exactly(tmp_path, two_workers):
+    # Worker 1 dies at step 14 (once): the job goes on one worker from step 12; once that
+    # one saves a newer checkpoint, the launcher stops it (SIGTERM: the Trainer saves) and
+    # re-forms the job on two workers, which ends with the uninterrupted run's numbers.
+    ckpt = str(tmp_path / "out-ckpt")
+    command = job_command(tmp_path, "out", "--kill-at", "14", "--kill-worker", "1")
+    elastic = ["--min-workers", "1", "--max-workers", "2", "--checkpoint-dir", ckpt]
+    result = tfaccel_launch("--workers", "2", *elastic, "--timeout", "300", "--", *command)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-2000:]
+    assert "worker 1 lost; continuing on 1 worker(s) from step 12" in result.stderr
+    assert "[launch] capacity back: re-forming the job on 2 worker(s) from step" in result.stderr
+    assert_same_run(tmp_path, "out", "out", suffix=".worker0.npz", reference_tmp=two_workers[1])
+
+
 def test_min_workers_must_be_between_one_and_workers():
     result = tfaccel_launch("--workers", "2", "--min-workers", "3", "--", "true")
     assert result.returncode == 2

@@ -194,3 +194,32 @@ def test_two_logical_cpus_keep_the_plain_step_with_xlas_reason(monkeypatch, mirr
     assert auto_history == forced_history
     for a, b in zip(auto_weights, forced_weights, strict=True):
         np.testing.assert_array_equal(a, b)
+
+
+class NoXla(keras.layers.Layer):
+    supports_jit = False
+
+    def call(self, x):
+        return x
+
+
+def test_what_is_not_measured_says_why_before_anything_runs():
+    plain = build()
+    assert xla_choice.not_measured(plain, 200, 1) is None
+    assert xla_choice.not_measured(plain, 399, 2).startswith(
+        "a job of 399 steps is too short: the probe takes at least 20 steps"
+    )
+    assert xla_choice.not_measured(plain, None, 1) == (
+        "the job's length is unknown (pass steps_per_epoch)"
+    )
+    odd = keras.Sequential([keras.Input((12,)), NoXla(name="no_xla"), keras.layers.Dense(2)])
+    assert xla_choice.not_measured(odd, 10**6, 1) == (
+        "layer(s) ['no_xla'] do not support XLA (supports_jit=False)"
+    )
+    tf_config = xla_choice.tf_config
+    tf_config.enable_op_determinism()
+    try:
+        why = xla_choice.not_measured(plain, 10**6, 1)
+    finally:
+        tf_config.disable_op_determinism()
+    assert why == "op determinism is enabled, and XLA's kernels are not all deterministic"

@@ -87,6 +87,8 @@ def _launch(args: argparse.Namespace) -> int:
             args.startup_timeout,
             args.max_restarts,
             args.min_workers,
+            args.max_workers,
+            args.checkpoint_dir,
         )
     except ValueError as error:
         print(f"tfaccel launch: {error}", file=sys.stderr)
@@ -102,6 +104,7 @@ def _launch(args: argparse.Namespace) -> int:
         startup_timeout_s=args.startup_timeout,
         max_restarts=args.max_restarts,
         min_workers=args.min_workers,
+        max_workers=args.max_workers,
         checkpoint_dir=args.checkpoint_dir,
     )
 
@@ -275,26 +278,7 @@ def _add_data_service(commands) -> None:
     service.set_defaults(handler=_data_service)
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="tfaccel", description="Fast Keras training on GPUs and clusters."
-    )
-    commands = parser.add_subparsers(dest="command", metavar="COMMAND")
-    devices = commands.add_parser("devices", help="report devices, versions, and why no GPU")
-    devices.add_argument("--json", action="store_true", help="print JSON instead of a table")
-    devices.set_defaults(handler=_devices)
-    check = commands.add_parser(
-        "check",
-        help="self-test every hardware-dependent path here (run it first on a GPU machine)",
-        description="Checks, on this machine: the devices TensorFlow sees (and why not a "
-        "GPU), memory growth, the measured precision choice and a training step in it, "
-        "float16 loss scaling skipping an overflowing step, an XLA step, a MirroredStrategy "
-        "over all local devices against one device, an all-reduce, device-memory readings "
-        "and the doctor's verdict on a planted input-bound job. Prints one table; exits 1 "
-        "when a check fails. Keep its JSON with a bug report.",
-    )
-    check.add_argument("--json", metavar="FILE", help="also write the results as JSON to FILE")
-    check.set_defaults(handler=_check)
+def _add_launch(commands) -> None:
     launch = commands.add_parser(
         "launch",
         help="run a multi-worker job as N local processes",
@@ -342,8 +326,38 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="DIR",
         help="the job's checkpoint_dir, to name the step a re-formed job continues from",
     )
+    launch.add_argument(
+        "--max-workers",
+        type=int,
+        metavar="N",
+        help="elastic: a job on fewer workers (after --min-workers) grows back to N once it "
+        "has saved a new checkpoint (needs --checkpoint-dir)",
+    )
     launch.add_argument("command_args", nargs=argparse.REMAINDER, metavar="-- COMMAND ...")
     launch.set_defaults(handler=_launch)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="tfaccel", description="Fast Keras training on GPUs and clusters."
+    )
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND")
+    devices = commands.add_parser("devices", help="report devices, versions, and why no GPU")
+    devices.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    devices.set_defaults(handler=_devices)
+    check = commands.add_parser(
+        "check",
+        help="self-test every hardware-dependent path here (run it first on a GPU machine)",
+        description="Checks, on this machine: the devices TensorFlow sees (and why not a "
+        "GPU), memory growth, the measured precision choice and a training step in it, "
+        "float16 loss scaling skipping an overflowing step, an XLA step, a MirroredStrategy "
+        "over all local devices against one device, an all-reduce, device-memory readings "
+        "and the doctor's verdict on a planted input-bound job. Prints one table; exits 1 "
+        "when a check fails. Keep its JSON with a bug report.",
+    )
+    check.add_argument("--json", metavar="FILE", help="also write the results as JSON to FILE")
+    check.set_defaults(handler=_check)
+    _add_launch(commands)
     tune = commands.add_parser(
         "tune-batch-size",
         help="run a recipe with --tune-batch-size (probe, table, plot, train at the best batch)",

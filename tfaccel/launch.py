@@ -55,6 +55,7 @@ import threading
 import time
 
 from tfaccel import strict_json
+from tfaccel.launcher import elastic
 from tfaccel.launcher.output import Relay
 from tfaccel.launcher.processes import die_with_parent as _die_with_parent
 from tfaccel.launcher.processes import free_ports
@@ -154,6 +155,8 @@ def check_arguments(
     startup_timeout_s: float | None,
     max_restarts: int = 0,
     min_workers: int | None = None,
+    max_workers: int | None = None,
+    checkpoint_dir: str | None = None,
 ) -> None:
     """Raises ValueError / FileNotFoundError for arguments `launch` cannot run."""
     if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
@@ -166,6 +169,18 @@ def check_arguments(
         raise ValueError(
             f"--min-workers must be an integer from 1 to --workers ({workers}): the fewest "
             f"workers the job may continue on, got {min_workers!r}."
+        )
+    if max_workers is not None and (
+        isinstance(max_workers, bool) or not isinstance(max_workers, int) or max_workers < workers
+    ):
+        raise ValueError(
+            f"--max-workers must be an integer >= --workers ({workers}): the most workers "
+            f"the job grows back to, got {max_workers!r}."
+        )
+    if max_workers is not None and not checkpoint_dir:
+        raise ValueError(
+            "--max-workers needs --checkpoint-dir (the job's checkpoint_dir): the job grows "
+            "back once it has saved a checkpoint on fewer workers."
         )
     if cpus_per_worker is not None and (
         isinstance(cpus_per_worker, bool)
@@ -212,6 +227,7 @@ def launch(
     startup_timeout_s: float | None = STARTUP_TIMEOUT_S,
     max_restarts: int = 0,
     min_workers: int | None = None,
+    max_workers: int | None = None,
     checkpoint_dir: str | None = None,
     out=None,
     err=None,
@@ -233,6 +249,9 @@ def launch(
         min_workers: elastic: once a worker has failed after the last restart, re-form
             the job without it (a new `TF_CONFIG`, the restart budget anew) while at
             least this many workers remain; None: give up instead.
+        max_workers: elastic: while on fewer workers, once the job has saved a new
+            checkpoint, stop it (SIGTERM) and re-form it on this many (`launcher.elastic`);
+            needs `checkpoint_dir`. None: never grow.
         checkpoint_dir: the job's checkpoint directory, to name the step a re-formed
             job continues from.
         out: where prefixed output goes (default stdout).
@@ -244,15 +263,35 @@ def launch(
         FileNotFoundError: the command's program does not exist.
     """
     check_arguments(
-        command, workers, cpus_per_worker, timeout_s, startup_timeout_s, max_restarts, min_workers
+        command,
+        workers,
+        cpus_per_worker,
+        timeout_s,
+        startup_timeout_s,
+        max_restarts,
+        min_workers,
+        max_workers,
+        checkpoint_dir,
     )
     out, err = out or sys.stdout, err or sys.stderr
     deadline = None if timeout_s is None else time.monotonic() + timeout_s
-    restarts = 0
+    restarts = grows = 0
     while True:
+        grow = None
+        if max_workers is not None and grows < elastic.MAX_GROWS:
+            grow = elastic.GrowWatch(checkpoint_dir, workers, max_workers)
+        timeout = (deadline, timeout_s)
         result = _run_once(
-            command, workers, cpus_per_worker, (deadline, timeout_s), startup_timeout_s, out, err
+            command, workers, cpus_per_worker, timeout, startup_timeout_s, out, err, grow
         )
+        if result.grown:
+            workers, restarts, grows = max_workers, 0, grows + 1
+            err.write(
+                f"[launch] capacity back: re-forming the job on {workers} worker(s) from "
+                f"{_resume_point(checkpoint_dir)}\n"
+            )
+            err.flush()
+            continue
         if result.status == 0 or not result.restartable:
             return result.status
         if restarts == max_restarts and min_workers is not None and workers > min_workers:
@@ -281,14 +320,9 @@ def launch(
 
 def _resume_point(checkpoint_dir: str | None) -> str:
     """ "step N" of the newest checkpoint in `checkpoint_dir` (files `ckpt-N.index`)."""
-    steps = []
-    if checkpoint_dir and os.path.isdir(checkpoint_dir):
-        for name in os.listdir(checkpoint_dir):
-            stem = name[len("ckpt-") : -len(".index")]
-            if name.startswith("ckpt-") and name.endswith(".index") and stem.isdigit():
-                steps.append(int(stem))
-    if steps:
-        return f"step {max(steps)} (the last checkpoint in {checkpoint_dir})"
+    step = elastic.last_step(checkpoint_dir)
+    if step is not None:
+        return f"step {step} (the last checkpoint in {checkpoint_dir})"
     return "its last checkpoint"
 
 
@@ -300,9 +334,12 @@ class _Result:
     ):
         self.status, self.what, self.restartable = status, what, restartable
         self.worker = worker
+        self.grown = False
 
 
-def _run_once(command, workers, cpus_per_worker, timeout, startup_timeout_s, out, err) -> _Result:
+def _run_once(
+    command, workers, cpus_per_worker, timeout, startup_timeout_s, out, err, grow=None
+) -> _Result:
     """Starts the workers once and supervises them; `timeout` is (deadline, seconds)."""
     ports = free_ports(workers)
     if workers > 1:  # each start: new servers, new ports
@@ -332,7 +369,7 @@ def _run_once(command, workers, cpus_per_worker, timeout, startup_timeout_s, out
     startup = _StartupWatch(ports, startup_timeout_s) if workers > 1 else None
     result = _Result(TIMEOUT_STATUS)
     try:
-        result = _supervise(relay, timeout, startup)
+        result = _supervise(relay, timeout, startup, grow)
     finally:
         relay.finish(succeeded=result.status == 0)
     return result
@@ -370,7 +407,19 @@ class _StartupWatch:
         ]
 
 
-def _supervise(relay: Relay, timeout: tuple, startup=None) -> _Result:
+def _stop_to_grow(relay: Relay, processes, grow) -> _Result:
+    """Stops the workers (SIGTERM: the Trainer saves and exits) for the job to grow."""
+    relay.write(
+        f"[launch] the job saved step {grow.step} on {len(processes)} worker(s): stopping "
+        "it (SIGTERM) to re-form it on more\n"
+    )
+    _terminate(processes)
+    result = _Result(0)
+    result.grown = True
+    return result
+
+
+def _supervise(relay: Relay, timeout: tuple, startup=None, grow=None) -> _Result:
     processes = relay.processes
     deadline, timeout_s = timeout
     received = []
@@ -424,6 +473,8 @@ def _supervise(relay: Relay, timeout: tuple, startup=None) -> _Result:
                 return _Result(code, what, restartable, worker=index)
             if all(s == 0 for s in statuses):
                 return _Result(0)
+            if grow is not None and not received and grow.due():
+                return _stop_to_grow(relay, processes, grow)
             if deadline is not None and time.monotonic() > deadline:
                 relay.write(f"[launch] timed out after {timeout_s:g} s; stopping all workers\n")
                 _terminate(processes)

@@ -62,6 +62,7 @@ class EMA(Method):
 
     @property
     def changes(self) -> str:
+        """One sentence: what this method changes (the settings table shows it)."""
         return (
             f"the weights used for evaluation and saving: an average over ~"
             f"{round(1 / (1 - self.decay))} steps (decay {self.decay:g})"

@@ -50,14 +50,17 @@ class Job:
 
     @property
     def feature_spec(self):
+        """The spec of a batch's features."""
         return self.element_spec[0]
 
     @property
     def label_spec(self):
+        """The spec of a batch's labels."""
         return self.element_spec[1]
 
     @property
     def loss_info(self) -> labels.LossInfo:
+        """The loss's kind, `from_logits` and smoothing (`labels.loss_info`)."""
         return labels.loss_info(self.loss)
 
 

@@ -73,6 +73,7 @@ def _fast_tabular():
 # What "fast" holds per job kind: the stacks benchmarks/time_to_accuracy.py measured
 # best (see docs/how-to/train-to-accuracy.md for the figures).
 FAST = {"image": _fast_image, "sequence": _fast_sequence, "tabular": _fast_tabular}
+"""Job kind -> a function returning the fresh methods of `methods="fast"` for it."""
 
 
 def kind_of(element_spec) -> str:

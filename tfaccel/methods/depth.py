@@ -49,6 +49,7 @@ class StochasticDepth(Method):
 
     @property
     def changes(self) -> str:
+        """One sentence: what this method changes (the settings table shows it)."""
         return (
             f"the forward pass in training: residual branches dropped per example, up to "
             f"{self.rate:g} at the last block (inference unchanged)"

@@ -77,16 +77,19 @@ class LayerFreezing(Method):
 
     @property
     def changes(self) -> str:
+        """One sentence: what this method changes (the settings table shows it)."""
         return (
             f"which weights train: the first {self.fraction:.0%} of the layers freeze after "
             f"{self.start:.0%} of the epochs"
         )
 
     def frozen_layers(self, model: keras.Model) -> list:
+        """The first `fraction` of the model's layers with trainable weights."""
         layers = weighted_layers(model)
         return layers[: int(len(layers) * self.fraction)]
 
     def first_frozen_epoch(self, job: Job) -> int:
+        """The epoch at whose start the layers freeze: `start` of the epochs, at least 1."""
         return max(1, int(round(self.start * job.epochs)))
 
     def check(self, job: Job) -> None:

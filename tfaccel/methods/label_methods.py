@@ -64,6 +64,7 @@ class LabelSmoothing(Method):
 
     @property
     def changes(self) -> str:
+        """One sentence: what this method changes (the settings table shows it)."""
         return f"the loss: targets smoothed by {self.eps:g} (categorical crossentropy)"
 
     def check(self, job: Job) -> None:
@@ -110,6 +111,7 @@ class MixUp(Method):
 
     @property
     def changes(self) -> str:
+        """One sentence: what this method changes (the settings table shows it)."""
         return f"the labels and inputs: batches mixed pairwise, weight ~ Beta({self.alpha:g})"
 
     def check(self, job: Job) -> None:
@@ -170,6 +172,7 @@ class CutMix(Method):
 
     @property
     def changes(self) -> str:
+        """One sentence: what this method changes (the settings table shows it)."""
         return f"the labels and inputs: a box pasted between images, area ~ Beta({self.alpha:g})"
 
     def check(self, job: Job) -> None:

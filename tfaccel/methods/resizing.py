@@ -71,6 +71,7 @@ class ProgressiveResizing(Method):
 
     @property
     def changes(self) -> str:
+        """One sentence: what this method changes (the settings table shows it)."""
         return (
             f"the inputs: images from {self.start:.0%} of full size in {self.stages} sizes, "
             f"full size after {self.until:.0%} of the epochs"
@@ -112,6 +113,7 @@ class ProgressiveResizing(Method):
         self.callback = SetImageSize(variable, sizes, job.epochs, self.until)
         plan.callbacks.append(self.callback)
 
+        @tf.autograph.experimental.do_not_convert  # plain ops (tf.cond): nothing to convert
         def resize(x, y, seed):
             del seed
             size = variable.read_value()

@@ -67,9 +67,11 @@ class _Schedule(Method):
         return learning_rate_of(job.optimizer) * math.sqrt(batch / REFERENCE_BATCH) * self.scale
 
     def make(self, job: Job) -> keras.optimizers.schedules.CosineDecay:
+        """The Keras schedule sized to `job`."""
         raise NotImplementedError
 
     def apply(self, plan: Plan) -> None:
+        """The optimizer's learning rate becomes the schedule (kept as `self.schedule`)."""
         self.schedule = self.make(plan.job)
         plan.rebuild_optimizer(learning_rate=self.schedule)
 
@@ -101,9 +103,11 @@ class WarmupCosine(_Schedule):
 
     @property
     def changes(self) -> str:
+        """One sentence: what this method changes (the settings table shows it)."""
         return f"the learning rate: warmup over {self.warmup:.0%} of the steps, then cosine"
 
     def make(self, job: Job):
+        """The Keras `CosineDecay` with warmup, sized to `job`."""
         warmup, decay = self.sizes(job)
         peak = self.peak_for(job)
         return keras.optimizers.schedules.CosineDecay(
@@ -141,9 +145,11 @@ class OneCycle(_Schedule):
 
     @property
     def changes(self) -> str:
+        """One sentence: what this method changes (the settings table shows it)."""
         return f"the learning rate: one cycle, rising over {self.warmup:.0%} of the steps"
 
     def make(self, job: Job):
+        """The Keras `CosineDecay` with warmup, sized to `job`."""
         warmup, decay = self.sizes(job)
         peak = self.peak_for(job)
         return keras.optimizers.schedules.CosineDecay(

@@ -20,17 +20,18 @@ import keras
 
 from tfaccel import precision, shared_strategy
 from tfaccel.data.build.feed import Feed, has_static_batch
-from tfaccel.data.checks.label_contract import check as check_labels
 from tfaccel.train.loop import loop_size
 from tfaccel.train.loop.fit_loop import FitLoop, Schedule
 from tfaccel.train.setup import (
     arguments,
+    checked,
     array_inputs,
     compiled,
     inputs,
     methods_setup,
     remainder,
     settings,
+    startup,
     xla_choice,
 )
 from tfaccel.train.state import saving
@@ -159,6 +160,8 @@ class Trainer:
         self.jit_compile = settings.resolve_jit_compile(jit_compile, self.model, self.strategy)
         self._auto_jit, self.jit_choice = jit_compile == "auto", None  # measured at the first fit
         self._on_oom = on_oom
+        self.startup: startup.Startup | None = None  # the last fit's (`setup.startup`)
+        self._clock, self._checked = startup.IDLE, checked.Checked()
         self._make_runner()
         if self._precision is not None and self._precision != self.model.dtype_policy.name:
             self._train_under(self._precision, "given")
@@ -257,6 +260,7 @@ class Trainer:
             ValueError, TypeError: the input checks `fit` documents.
         """
         feed = self.methods.feed(data, self.strategy, what)  # a Feed of data, mapped by methods
+        self._clock.lap("feed build")
         inputs.check_elements(feed.element_spec, self.model)
         inputs.check_not_empty(feed, what)
         inputs.check_finite(feed, steps, what)
@@ -268,8 +272,11 @@ class Trainer:
                     f"The global batch of {batch} (drop_remainder=True) does not divide among "
                     f"{replicas} replicas. Use a batch size that is a multiple of {replicas}."
                 )
+        self._clock.lap("input checks")
         self.runner.build(feed.dataset)
-        check_labels(feed.probe, self.model, self.loss.fn)
+        self._clock.lap("variables and step loops")
+        self._checked.labels(feed, self.model, self.loss.fn)  # once per data and model
+        self._clock.lap("label contract")
         return feed
 
     def fit(
@@ -386,6 +393,7 @@ class Trainer:
             TrainingDivergedError: the loss stayed non-finite, or a weight became
                 non-finite (checked once per step loop, before any save).
         """
+        self._clock = clock = self.startup = startup.Startup(verbose)
         if validation_freq != 1:
             array_inputs.refuse("validation_freq", validation_freq)
         arguments.check_initial_epoch(initial_epoch)
@@ -409,21 +417,29 @@ class Trainer:
         schedule.validation_steps, schedule.verbose = validation_steps, verbose
         checkpointing = Checkpointing(checkpoint_dir, checkpoint_every, keep, resume)
         faults = FaultPolicy(divergence_loops, restore_on_divergence, exit_on_preemption)
+        clock.lap("arguments and array inputs")
         train = Feed(train_data, self.strategy, what="training")
         train, callbacks = self.methods.apply(self, train, callbacks, steps_per_epoch, epochs)
+        clock.lap("feed build")
         self._choose_step(train, steps_per_epoch, epochs - initial_epoch)
+        clock.lap("precision and XLA choice")
         self.feed(train, steps=steps_per_epoch)
         remainder.warn_if_dropped(train, self.jit_compile)
         if validation_data is not None:
             schedule.validation = self.feed(
                 validation_data, steps=validation_steps, what="validation"
             )
+        checked.fingerprint(train, checkpointing.enabled, clock)
+        callbacks = [*callbacks, startup.FirstStep(clock)]  # ends the start-up's laps
         loop = FitLoop(self.runner, train, schedule, callbacks, checkpointing, faults)
+        clock.lap("fit loop set-up")
         try:  # the checkpoint directory is this run's until fit ends, however it ends
             self.settings = settings.resolve(self, train, loop.steps_per_epoch)
             (print if verbose else logger.info)(settings.format_table(self.settings))
+            clock.lap("settings table")
             self.preempted = False
             history = loop.run()
+            history.startup = clock
             compiled.copy_weights_back(self)
             return history
         except (SystemExit, KeyboardInterrupt):
@@ -433,6 +449,8 @@ class Trainer:
         finally:
             loop.close()
             self.settings.update(loop.notes)
+            self.settings["start-up"], self._clock = clock.summary(), startup.IDLE
+            clock.close()
             self.preempted = loop.preempted
 
     def evaluate(

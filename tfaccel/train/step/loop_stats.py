@@ -11,7 +11,11 @@ result from the reduced values (`Metric.stateless_result`).
 
 from __future__ import annotations
 
+import collections
+
 import tensorflow as tf
+
+from tfaccel.train.step import traces
 
 
 class LoopStats:
@@ -28,7 +32,11 @@ class LoopStats:
         self.metrics = list(metrics)
         self.variables = [v for m in self.metrics for v in m.variables]
         self.packable = all(getattr(v, "aggregation", "sum") == "sum" for v in self.variables)
-        self._read = tf.function(self._reduce)
+        self.traces = collections.Counter()
+        # No tensor-dependent Python control flow: traced as written, without AutoGraph.
+        self._read = tf.function(
+            traces.counted(self._reduce, "loop logs", self.traces), autograph=False
+        )
 
     def _local_vector(self, flag):
         context = tf.distribute.get_replica_context()

@@ -2,11 +2,18 @@
 
 from __future__ import annotations
 
+import collections
+import functools
 import re
 
 import tensorflow as tf
 
+from tfaccel.train.step import traces
 from tfaccel.train.step.losses import PerExampleLoss
+
+# The replica steps hold no tensor-dependent Python control flow: traced as written, not
+# converted by AutoGraph (as `model.fit`'s steps), which would cost seconds at the first trace.
+_plain = tf.autograph.experimental.do_not_convert
 
 
 def unpack(data):
@@ -70,15 +77,22 @@ class StepLoops:
         self.micro_batches = micro_batches
         replica_train = tf.function(self._train_step, jit_compile=True) if jit_compile else None
         self._replica_train = replica_train or self._train_step
-        self.train_loop = tf.function(self._train_loop)
+        self.traces = collections.Counter()  # traces of each loop (`traces.counted`)
+        train_loop = self._train_loop
         if accumulate_steps > 1 or micro_batches > 1:
             self._create_accumulators()
-            step = self._accumulate_step if micro_batches == 1 else self._accumulate_micro
+            step = self._accumulate_step
+            if micro_batches > 1:  # a loop over the parts: converted by AutoGraph
+                step = functools.partial(tf.autograph.to_graph(StepLoops._accumulate_micro), self)
             self._replica_accumulate = tf.function(step, jit_compile=True) if jit_compile else step
-            self.train_loop = tf.function(self._accumulating_train_loop)
-        self.test_loop = tf.function(self._test_loop)
-        self.held_step = tf.function(self._held_step)
+            # Nested loops with breaks: converted by AutoGraph (bound to self after).
+            converted = tf.autograph.to_graph(StepLoops._accumulating_train_loop)
+            train_loop = functools.partial(converted, self)
+        self.train_loop = tf.function(traces.counted(train_loop, "train loop", self.traces))
+        self.test_loop = tf.function(traces.counted(self._test_loop, "test loop", self.traces))
+        self.held_step = tf.function(traces.counted(self._held_step, "held step", self.traces))
 
+    @_plain
     def _forward(self, data, training: bool, global_batch=None, parts: int = 1):
         """The replica's loss; `global_batch`/`parts`: a part of a batch of that global size."""
         x, y, sample_weight = unpack(data)
@@ -106,6 +120,7 @@ class StepLoops:
             metric.update_state(y, y_pred, sample_weight if weighted else None)
         return loss, global_f
 
+    @_plain
     def _gradients(self, data, global_batch=None, parts: int = 1):
         variables = self.model.trainable_variables
         with tf.GradientTape() as tape:
@@ -113,6 +128,7 @@ class StepLoops:
             scaled = self.optimizer.scale_loss(loss)
         return tape.gradient(scaled, variables), global_batch
 
+    @_plain
     def _train_step(self, data):
         grads, _ = self._gradients(data)
         self.optimizer.apply(grads, self.model.trainable_variables)
@@ -138,11 +154,13 @@ class StepLoops:
             ]
             self._examples = local((), tf.float32, "accumulated_examples")
 
+    @_plain
     def _accumulate_step(self, data):
         grads, global_batch = self._gradients(data)
         self._add_gradients(grads, global_batch)
         self._examples.assign_add(global_batch)
 
+    @_plain
     def _add_gradients(self, grads, global_batch):
         for total, grad in zip(self._grad_sums, grads, strict=True):
             if grad is not None:
@@ -168,6 +186,7 @@ class StepLoops:
             self._add_gradients(grads, weight)
         self._examples.assign_add(weight)
 
+    @_plain
     def _held_step(self, batches):
         """One applied step over `batches` (held by the caller, so it can retry them)."""
         accumulating = hasattr(self, "_grad_sums")
@@ -186,6 +205,7 @@ class StepLoops:
         if hasattr(self, "_examples"):
             self._examples.assign(0.0)
 
+    @_plain
     def _apply_accumulated(self):
         # Every replica counted the same global batches, so its local count is the total.
         examples = self._examples.read_value()
@@ -224,6 +244,7 @@ class StepLoops:
         self.first_nonfinite.assign(self._first_nonfinite())
         return done
 
+    @_plain
     def _next(self, iterator):
         """The next batch as an optional; the time spent waiting for it joins `input_wait`.
 
@@ -236,19 +257,31 @@ class StepLoops:
             self.input_wait.assign_add(tf.timestamp() - began)
         return optional
 
+    @_plain
     def _run_steps(self, replica_step, iterator, num_steps, timed: bool = False):
-        """Runs up to `num_steps` replica steps; stops early when the data ends."""
-        done = tf.constant(0, tf.int32)
-        for _ in tf.range(num_steps):
-            # tf.timestamp is refused under op determinism: then the wait goes unmeasured.
-            timed = timed and not op_determinism()
+        """Runs up to `num_steps` replica steps; stops early when the data ends.
+
+        A `tf.while_loop` written out (as `model.fit`'s), not AutoGraph's conversion of a
+        Python loop: the same graph, traced without the conversion's cost.
+        """
+        # tf.timestamp is refused under op determinism: then the wait goes unmeasured.
+        timed = timed and not op_determinism()
+
+        def body(done, _):
             optional = self._next(iterator) if timed else iterator.get_next_as_optional()
-            if not optional.has_value():
-                break
-            self.strategy.run(replica_step, args=(optional.get_value(),))
-            done += 1
+            more = optional.has_value()
+
+            def step():
+                self.strategy.run(replica_step, args=(optional.get_value(),))
+                return done + 1
+
+            return tf.cond(more, step, lambda: done), more
+
+        start = (tf.constant(0, tf.int32), tf.constant(True))
+        done, _ = tf.while_loop(lambda done, more: more & (done < num_steps), body, start)
         return done
 
+    @_plain
     def _train_loop(self, iterator, num_steps):
         self.input_wait.assign(0.0)
         done = self._run_steps(self._replica_train, iterator, num_steps, timed=True)
@@ -256,6 +289,7 @@ class StepLoops:
         self.first_nonfinite.assign(self._first_nonfinite())
         return done
 
+    @_plain
     def _first_nonfinite(self):
         """Once per loop, in the loop's graph: which trainable variable is not finite (-1: none)."""
         variables = self.model.trainable_variables
@@ -265,9 +299,11 @@ class StepLoops:
         first = tf.argmin(tf.cast(finite, tf.int32), output_type=tf.int32)
         return tf.where(tf.reduce_all(finite), -1, first)
 
+    @_plain
     def _test_step(self, data):
         self._forward(data, training=False)
 
+    @_plain
     def _test_loop(self, iterator, num_steps):
         return self._run_steps(self._test_step, iterator, num_steps)
 
