@@ -38,7 +38,8 @@ checkpoint, down to M workers; each change is announced on stderr ("worker 1 los
 continuing on 1 worker(s) from step 340 ..."). A `tfaccel.data` pipeline over rows in
 memory reads one global order (`tfaccel.data.order.global_order`), so the resumed run is
 exact on the smaller job; other inputs are refused by the Trainer's resume (their
-batches depend on the worker count), never silently replayed or skipped.
+batches depend on the worker count), never silently replayed or skipped. With
+`max_workers=N` (`--max-workers N`) the job grows back the same way (`launcher.elastic`).
 
 Output: see `launcher.output` (gRPC lines of a normal shutdown hidden).
 """
