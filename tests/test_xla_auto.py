@@ -225,3 +225,14 @@ def test_what_is_not_measured_says_why_before_anything_runs():
     finally:
         tf_config.disable_op_determinism()
     assert why == "op determinism is enabled, and XLA's kernels are not all deterministic"
+
+
+def test_the_doctors_deep_mode_measures_xla_the_same_way():
+    t = trainer(build_uncompilable)
+    data_ = tf.data.Dataset.from_tensor_slices((X, Y)).batch(32)
+    report = tfaccel.doctor.diagnose(t, data_, budget_s=2, rounds=1, deep=True)
+    assert report.measured.xla_speedup is None
+    assert (
+        "XLA (deep=True): the model's passes do not compile with XLA: XLA cannot compile the "
+        "model's step (unsupported op(s): EagerPyFunc)"
+    ) in str(report)

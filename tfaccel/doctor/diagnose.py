@@ -6,7 +6,6 @@ import statistics
 import time
 
 import keras
-import tensorflow as tf
 
 from tfaccel import precision
 from tfaccel.callbacks import peak
@@ -71,7 +70,8 @@ def diagnose(
     - on a CPU, this machine's matmul peak (in the fastest precision) and the model's
       FLOPs, for the compute line;
     - with `deep=True`, XLA: the forward and backward passes on the cached batch with
-      and without `jit_compile` (one more trace; alternating), on any device.
+      and without `jit_compile`, measured as `Trainer(jit_compile="auto")` measures them
+      (copies of the model, alternating rounds), on any device.
 
     The rule that names the limit and the predictions of the fixes are in
     `tfaccel.doctor.verdict`. The model's weights, the optimizer's state and the
@@ -308,24 +308,19 @@ def _measure_precision(job: _Job, feed: Feed, measured: rules.Measured) -> list[
 
 
 def _measure_xla(job: _Job, feed: Feed, measured: rules.Measured) -> list[str]:
-    """Sets `measured.xla_speedup`: the passes without ÷ with jit_compile (alternating)."""
-    runner, strategy = job.runner, job.runner.strategy
-    cached = adopt(iter(feed.one_batch().distribute(endless=True)))
-    plain = measure.GradientLoops(runner.model, runner.loss, strategy)
-    compiled = measure.GradientLoops(runner.model, runner.loss, strategy, jit_compile=True)
+    """Sets `measured.xla_speedup`: the passes with ÷ without jit_compile, timed as
+    `Trainer(jit_compile="auto")` times them (`precision_step.time_steps`: copies of the
+    model, one cached batch, alternating rounds)."""
+    runner, policy = job.runner, measured.dtype_policy
+    pair = [(policy, False), (policy, True)]
     try:
-        plain.seconds(False, cached, 1, 1)
-        compiled.seconds(False, cached, 1, 1)  # the XLA compilation
-    except (tf.errors.InvalidArgumentError, tf.errors.UnimplementedError) as error:
-        first = str(error).strip().splitlines()[0][:200]
-        return [f"XLA (deep=True): the model's passes do not compile with XLA: {first}"]
-    step = max(measured.step_s / max(measured.accumulate_steps, 1), 1e-6)
-    n = int(measure.agree(strategy, min(max(round(0.2 / step), 2), 1000)))
-    times = {"plain": [], "xla": []}
-    for _ in range(3):
-        times["plain"] += plain.seconds(False, cached, n, 1)
-        times["xla"] += compiled.seconds(False, cached, n, 1)
-    measured.xla_speedup = min(times["plain"]) / min(times["xla"])
+        timed = precision_step.time_steps(runner.model, runner.loss, runner.strategy, feed, pair)
+    except ValueError as error:  # a model that cannot be copied
+        return [f"XLA (deep=True): not measured ({error})"]
+    if (policy, True) in timed["dropped"]:
+        why = timed["dropped"][(policy, True)]
+        return [f"XLA (deep=True): the model's passes do not compile with XLA: {why}"]
+    measured.xla_speedup = timed["rates"][(policy, True)] / timed["rates"][(policy, False)]
     return []
 
 
