@@ -84,14 +84,14 @@ def test_find_batch_size_stops_at_its_first_reading_and_reports_the_threshold():
         loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
         start=8,
         steps=2,
-        job_examples=1_000,  # 125 s at 8 examples/s: the next probe's 3 steps alone pass 7.5 %
+        job_examples=500,  # 62.5 s at 8 examples/s: the next probe's 3 steps (6 s) pass 7.5 %
         clock=StepClock(),
     )
     assert [(r.batch_size, r.reason) for r in report.rows] == [(8, "ok"), (16, "time")]
     assert report.capped_by == "time" and report.best_batch_size == 8
     assert report.rows[0].examples_per_second == pytest.approx(8.0)
     assert re.fullmatch(
-        r"declined at the first reading, after [\d.e+-]+ s \([\d.]+% of the job's 125 s\): a "
+        r"declined at the first reading, after [\d.e+-]+ s \([\d.]+% of the job's 62.5 s\): a "
         r"probe of batch 16 would take [\d.e+-]+ s more, past 7\.5% of the job; from "
         r"[\d,]+ examples up, a probe of batch 16 fits",
         report.declined,
