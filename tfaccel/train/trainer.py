@@ -19,13 +19,13 @@ import logging
 import keras
 
 from tfaccel import precision, shared_strategy
-from tfaccel.data.build.feed import Feed, has_static_batch
+from tfaccel.data.build.feed import Feed
 from tfaccel.train.loop import loop_size
 from tfaccel.train.loop.fit_loop import FitLoop, Schedule
 from tfaccel.train.setup import (
     arguments,
-    checked,
     array_inputs,
+    checked,
     compiled,
     inputs,
     methods_setup,
@@ -160,8 +160,7 @@ class Trainer:
         self.jit_compile = settings.resolve_jit_compile(jit_compile, self.model, self.strategy)
         self._auto_jit, self.jit_choice = jit_compile == "auto", None  # measured at the first fit
         self._on_oom = on_oom
-        self.startup: startup.Startup | None = None  # the last fit's (`setup.startup`)
-        self._clock, self._checked = startup.IDLE, checked.Checked()
+        self.startup, self._clock, self._checked = None, startup.IDLE, checked.Checked()
         self._make_runner()
         if self._precision is not None and self._precision != self.model.dtype_policy.name:
             self._train_under(self._precision, "given")
@@ -207,6 +206,7 @@ class Trainer:
     def _choose_step(self, feed: Feed, steps_per_epoch, epochs: int) -> None:
         """`precision="auto"` and `jit_compile="auto"`, at the first fit: times the candidate
         steps together (`xla_choice.choose_autos`), trains the fastest."""
+        self._clock.lap("feed build")
         choice, xla = xla_choice.choose_autos(self, feed, steps_per_epoch, epochs)
         jit_changed = xla is not None and xla.jit_compile != self.jit_compile
         if xla is not None:
@@ -219,6 +219,7 @@ class Trainer:
             self._train_under(choice.policy, choice.reason)
         elif jit_changed:
             self._make_runner(self.model.dtype_policy.name)
+        self._clock.lap("precision and XLA choice")
 
     # The runner's state, under the names Trainer users know.
     step = property(lambda self: self.runner.step, doc="The global step (applied steps).")
@@ -260,23 +261,11 @@ class Trainer:
             ValueError, TypeError: the input checks `fit` documents.
         """
         feed = self.methods.feed(data, self.strategy, what)  # a Feed of data, mapped by methods
-        self._clock.lap("feed build")
-        inputs.check_elements(feed.element_spec, self.model)
-        inputs.check_not_empty(feed, what)
-        inputs.check_finite(feed, steps, what)
-        replicas = self.strategy.num_replicas_in_sync
-        batch = feed.global_batch
-        if not feed.is_function and has_static_batch(feed.dataset) and batch:
-            if batch % replicas:
-                raise ValueError(
-                    f"The global batch of {batch} (drop_remainder=True) does not divide among "
-                    f"{replicas} replicas. Use a batch size that is a multiple of {replicas}."
-                )
+        inputs.check_feed(feed, self.model, steps, what, self.strategy.num_replicas_in_sync)
         self._clock.lap("input checks")
         self.runner.build(feed.dataset)
         self._clock.lap("variables and step loops")
-        self._checked.labels(feed, self.model, self.loss.fn)  # once per data and model
-        self._clock.lap("label contract")
+        self._checked.labels(feed, self.model, self.loss.fn, self._clock)  # once per data
         return feed
 
     def fit(
@@ -306,7 +295,7 @@ class Trainer:
         exit_on_preemption: bool = True,
         resume: str = "auto",
     ) -> keras.callbacks.History:
-        """Trains for `epochs`; returns the Keras `History`.
+        """Trains for `epochs`; returns the Keras `History` (`.startup`: `trainer.startup`).
 
         The arguments up to `validation_freq` are `model.fit`'s, with its meaning (see
         `tfaccel.train.setup.array_inputs`); arrays become a `tfaccel.data.pipeline`.
@@ -420,26 +409,21 @@ class Trainer:
         clock.lap("arguments and array inputs")
         train = Feed(train_data, self.strategy, what="training")
         train, callbacks = self.methods.apply(self, train, callbacks, steps_per_epoch, epochs)
-        clock.lap("feed build")
         self._choose_step(train, steps_per_epoch, epochs - initial_epoch)
-        clock.lap("precision and XLA choice")
         self.feed(train, steps=steps_per_epoch)
         remainder.warn_if_dropped(train, self.jit_compile)
         if validation_data is not None:
             schedule.validation = self.feed(
                 validation_data, steps=validation_steps, what="validation"
             )
-        checked.fingerprint(train, checkpointing.enabled, clock)
-        callbacks = [*callbacks, startup.FirstStep(clock)]  # ends the start-up's laps
+        callbacks = startup.before_loop(clock, train, checkpointing, callbacks)
         loop = FitLoop(self.runner, train, schedule, callbacks, checkpointing, faults)
-        clock.lap("fit loop set-up")
         try:  # the checkpoint directory is this run's until fit ends, however it ends
             self.settings = settings.resolve(self, train, loop.steps_per_epoch)
             (print if verbose else logger.info)(settings.format_table(self.settings))
-            clock.lap("settings table")
+            clock.lap("fit loop set-up and settings table")
             self.preempted = False
             history = loop.run()
-            history.startup = clock
             compiled.copy_weights_back(self)
             return history
         except (SystemExit, KeyboardInterrupt):
@@ -449,8 +433,6 @@ class Trainer:
         finally:
             loop.close()
             self.settings.update(loop.notes)
-            self.settings["start-up"], self._clock = clock.summary(), startup.IDLE
-            clock.close()
             self.preempted = loop.preempted
 
     def evaluate(

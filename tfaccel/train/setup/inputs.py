@@ -9,6 +9,8 @@ import re
 
 import tensorflow as tf
 
+from tfaccel.data.build.feed import has_static_batch
+
 INFINITE = tf.data.INFINITE_CARDINALITY
 
 
@@ -163,4 +165,24 @@ def check_finite(feed, steps_per_epoch: int | None, what: str) -> None:
             f"The {what} dataset is infinite (it repeats), so an epoch never ends on its own. "
             f"Pass {'steps_per_epoch' if what == 'training' else 'validation_steps'}=N, or "
             "remove .repeat()."
+        )
+
+
+def check_feed(feed, model, steps: int | None, what: str, replicas: int) -> None:
+    """`fit`'s checks of one input (`Trainer.feed`): elements, emptiness, length, batch."""
+    check_elements(feed.element_spec, model)
+    check_not_empty(feed, what)
+    check_finite(feed, steps, what)
+    check_divides(feed, replicas)
+
+
+def check_divides(feed, replicas: int) -> None:
+    """Raises when a static global batch (drop_remainder=True) does not divide among replicas."""
+    batch = feed.global_batch
+    if feed.is_function or not batch or not has_static_batch(feed.dataset):
+        return
+    if batch % replicas:
+        raise ValueError(
+            f"The global batch of {batch} (drop_remainder=True) does not divide among "
+            f"{replicas} replicas. Use a batch size that is a multiple of {replicas}."
         )
