@@ -71,7 +71,11 @@ def _fast_tabular():
 
 
 # What "fast" holds per job kind: the stacks benchmarks/time_to_accuracy.py measured
-# best (see docs/how-to/train-to-accuracy.md for the figures).
+# best (3 seeds, time to the plain Adam script's accuracy, its ratio to that script's):
+# image, one-cycle + label smoothing: small CNN 0.75x [0.67, 1.14], ResNet-18 1.14x
+# [0.82, 1.19] (no method beat the baseline on the ResNet); sequence, the same stack:
+# 0.81x [0.54, 0.97]; tabular, one-cycle: 0.79x [0.66, 1.23]. MixUp, CutMix, progressive
+# resizing and warmup-cosine (at Adam's default rate) slowed every job they ran on.
 FAST = {"image": _fast_image, "sequence": _fast_sequence, "tabular": _fast_tabular}
 """Job kind -> a function returning the fresh methods of `methods="fast"` for it."""
 

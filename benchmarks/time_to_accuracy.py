@@ -1,0 +1,356 @@
+"""Time to accuracy: plain Keras against each `tfaccel.methods` method and "fast".
+
+Four jobs on data scikit-learn ships (offline, real, not random labels):
+
+- `digits_cnn`: the 8x8 digits as images, a small CNN (any image size, for resizing);
+- `digits_resnet`: the same images, `tfaccel.models.resnet(18, stem="cifar", width=16)`;
+- `digits_sequence`: each digit as a sequence of 8 rows of 8 pixels, a GRU;
+- `breast_cancer_mlp`: the breast-cancer table (30 features), `tfaccel.models.mlp`.
+
+Each job is split once (stratified, 30 % held out). The baseline is the script a user
+writes: `model.compile(Adam())`, batch 32, a fixed number of epochs, validation each
+epoch. Contenders: each method alone (where it applies) and `"fast"`, with the same
+optimizer, batch and epochs, through `tfaccel.methods.for_fit` and `model.fit`.
+
+Time to accuracy = wall seconds from the `fit` call (tracing included, the same for
+all) to the end of the first epoch whose held-out accuracy is at or above the target
+(evaluation counted the same way for every contender). The target of a job is the
+accuracy the plain script ends at in every seed: the lowest of its final held-out
+accuracies over the seeds, rounded down to 0.005. Per seed, a contender's time is divided by the
+baseline's of the same seed (runs interleaved by seed); the table gives the median
+ratio with a bootstrap 90 % interval over seeds, how many seeds reached the target, and
+the median final accuracy. A run that never reaches the target counts as infinitely
+slow (its ratio is "inf").
+
+`--generous` adds the setting users often run: 3x the epochs declared, stopped at the
+target (a callback setting `stop_training`), for the baseline and "fast" only.
+
+Writes `benchmarks/results/time_to_accuracy.json` and `.png`.
+Run: `python benchmarks/time_to_accuracy.py [--seeds 3] [--jobs ...] [--generous]`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import pathlib
+import time
+
+import keras
+import numpy as np
+import tensorflow as tf
+from sklearn import datasets, model_selection, preprocessing
+
+import tfaccel
+from tfaccel import methods
+
+RESULTS = pathlib.Path(__file__).parent / "results"
+BATCH = 32
+
+
+# -- jobs ------------------------------------------------------------------------------------
+
+
+def digits(split_seed=0):
+    x, y = datasets.load_digits(return_X_y=True)
+    x = (x / 16.0).astype("float32")
+    return model_selection.train_test_split(
+        x, y.astype("int32"), test_size=0.3, stratify=y, random_state=split_seed
+    )
+
+
+def breast_cancer(split_seed=0):
+    x, y = datasets.load_breast_cancer(return_X_y=True)
+    xt, xv, yt, yv = model_selection.train_test_split(
+        x, y.astype("int32"), test_size=0.3, stratify=y, random_state=split_seed
+    )
+    scaler = preprocessing.StandardScaler().fit(xt)
+    return [scaler.transform(a).astype("float32") for a in (xt, xv)] + [yt, yv]
+
+
+def cnn():
+    return keras.Sequential(
+        [
+            keras.Input((None, None, 1)),
+            keras.layers.Conv2D(32, 3, padding="same", activation="relu"),
+            keras.layers.MaxPooling2D(),
+            keras.layers.Conv2D(64, 3, padding="same", activation="relu"),
+            keras.layers.GlobalAveragePooling2D(),
+            keras.layers.Dense(10, activation="softmax"),
+        ]
+    )
+
+
+def resnet():
+    return tfaccel.models.resnet(
+        18, input_shape=(None, None, 1), num_classes=10, stem="cifar", width=16
+    )
+
+
+def gru():
+    return keras.Sequential(
+        [keras.Input((8, 8)), keras.layers.GRU(32), keras.layers.Dense(10, activation="softmax")]
+    )
+
+
+def mlp():
+    return tfaccel.models.mlp(input_shape=(30,), hidden=(32, 16), num_classes=2)
+
+
+def images(parts):
+    xt, xv, yt, yv = parts
+    return xt.reshape(-1, 8, 8, 1), xv.reshape(-1, 8, 8, 1), yt, yv
+
+
+def rows(parts):
+    xt, xv, yt, yv = parts
+    return xt.reshape(-1, 8, 8), xv.reshape(-1, 8, 8), yt, yv
+
+
+JOBS = {
+    "digits_cnn": dict(kind="image", data=lambda: images(digits()), build=cnn, epochs=10),
+    # ResNet-18's trace is most of its time here: fewer epochs, and only the methods
+    # meant for it (the run must fit ~10 minutes on two shared cores).
+    "digits_resnet": dict(
+        kind="image",
+        data=lambda: images(digits()),
+        build=resnet,
+        epochs=6,
+        contenders=("label_smoothing", "stochastic_depth", "one_cycle", "fast"),
+    ),
+    "digits_sequence": dict(kind="sequence", data=lambda: rows(digits()), build=gru, epochs=20),
+    "breast_cancer_mlp": dict(kind="tabular", data=breast_cancer, build=mlp, epochs=30),
+}
+
+CONTENDERS = {
+    "label_smoothing": lambda: [methods.LabelSmoothing(0.1)],
+    "mixup": lambda: [methods.MixUp(0.2)],
+    "cutmix": lambda: [methods.CutMix(1.0)],
+    "ema": lambda: [methods.EMA(0.9)],
+    "one_cycle": lambda: [methods.OneCycle()],
+    "warmup_cosine": lambda: [methods.WarmupCosine()],
+    "layer_freezing": lambda: [methods.LayerFreezing(0.5, 0.5)],
+    "stochastic_depth": lambda: [methods.StochasticDepth(0.1)],
+    "progressive_resizing": lambda: [methods.ProgressiveResizing(0.5, 2, 0.5)],
+    "fast": lambda: "fast",
+}
+
+
+# -- one run ---------------------------------------------------------------------------------
+
+
+class Curve(keras.callbacks.Callback):
+    """Seconds since `start` and held-out accuracy at each epoch's end; stops at `stop_at`."""
+
+    def __init__(self, start: float, stop_at: float | None = None):
+        super().__init__()
+        self.start, self.stop_at, self.points = start, stop_at, []
+
+    def on_epoch_end(self, epoch, logs=None):
+        accuracy = float(logs["val_accuracy"])
+        self.points.append((time.perf_counter() - self.start, accuracy))
+        if self.stop_at is not None and accuracy >= self.stop_at:
+            self.model.stop_training = True
+
+
+def run(job: dict, parts, contender: str | None, seed: int, epochs: int, stop_at=None) -> dict:
+    """Trains one model; returns its curve, or why the contender does not apply."""
+    xt, xv, yt, yv = parts
+    keras.utils.set_random_seed(seed)
+    model = job["build"]()
+    train = tf.data.Dataset.from_tensor_slices((xt, yt)).shuffle(len(xt), seed=seed).batch(BATCH)
+    val = tf.data.Dataset.from_tensor_slices((xv, yv)).batch(256)
+    optimizer, loss, callbacks = keras.optimizers.Adam(), "sparse_categorical_crossentropy", []
+    applied = []
+    if contender is not None:
+        try:
+            plan = methods.for_fit(
+                CONTENDERS[contender](),
+                model,
+                train,
+                epochs=epochs,
+                loss=loss,
+                optimizer=optimizer,
+                kind=job["kind"],
+                seed=seed,
+            )
+        except (ValueError, TypeError) as error:
+            return {"skipped": str(error)}
+        train, val, optimizer, loss = (
+            plan.dataset,
+            plan.evaluation_data(val),
+            plan.optimizer,
+            plan.loss,
+        )
+        callbacks, applied = plan.callbacks, [m.name for m in plan.methods]
+    model.compile(optimizer=optimizer, loss=loss, metrics=["accuracy"])
+    start = time.perf_counter()
+    curve = Curve(start, stop_at)
+    model.fit(train, epochs=epochs, validation_data=val, callbacks=[*callbacks, curve], verbose=0)
+    return {"curve": curve.points, "methods": applied}
+
+
+def time_to(curve, target: float) -> float:
+    return next((t for t, accuracy in curve if accuracy >= target - 1e-9), math.inf)
+
+
+def bootstrap(values, rng, draws=2000):
+    """Median and its bootstrap 90 % interval (infinite values allowed)."""
+    values = np.asarray(values, float)
+    medians = np.sort(np.median(rng.choice(values, (draws, len(values))), axis=1))
+    low, high = medians[int(0.05 * draws)], medians[int(0.95 * draws) - 1]
+    return float(np.median(values)), float(low), float(high)
+
+
+# -- the table -------------------------------------------------------------------------------
+
+
+def summarize(runs: dict, seeds: list[int], rng) -> dict:
+    """Per job: the target, and per contender the ratio to the baseline per seed."""
+    table = {}
+    for job, by_contender in runs.items():
+        finals = [by_contender["baseline"][s]["curve"][-1][1] for s in seeds]
+        target = math.floor(min(finals) * 200 + 1e-6) / 200
+        base = {s: time_to(by_contender["baseline"][s]["curve"], target) for s in seeds}
+        rows_ = {}
+        for name, by_seed in by_contender.items():
+            if any("skipped" in by_seed.get(s, {"skipped": "not run"}) for s in seeds):
+                rows_[name] = {"skipped": by_seed[seeds[0]].get("skipped", "")}
+                continue
+            times = [time_to(by_seed[s]["curve"], target) for s in seeds]
+            ratios = [t / base[s] for t, s in zip(times, seeds, strict=True)]
+            median, low, high = bootstrap(ratios, rng)
+            rows_[name] = {
+                "ratio_median": median,
+                "ratio_low": low,
+                "ratio_high": high,
+                "ratios": ratios,
+                "seconds": times,
+                "reached": sum(math.isfinite(t) for t in times),
+                "final_accuracy_median": float(
+                    np.median([by_seed[s]["curve"][-1][1] for s in seeds])
+                ),
+                "methods": by_seed[seeds[0]].get("methods", []),
+            }
+        table[job] = {"target": target, "contenders": rows_}
+    return table
+
+
+def plot(table: dict, path: pathlib.Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, len(table), figsize=(4.5 * len(table), 4.5), sharey=True)
+    for ax, (job, entry) in zip(np.atleast_1d(axes), table.items(), strict=True):
+        names = [n for n, r in entry["contenders"].items() if "skipped" not in r]
+        medians = [min(entry["contenders"][n]["ratio_median"], 3.0) for n in names]
+        low = [min(entry["contenders"][n]["ratio_low"], 3.0) for n in names]
+        high = [min(entry["contenders"][n]["ratio_high"], 3.0) for n in names]
+        errors = [np.subtract(medians, low), np.subtract(high, medians)]
+        colors = [
+            "tab:gray" if n == "baseline" else "tab:red" if n == "fast" else "tab:blue"
+            for n in names
+        ]
+        ax.barh(names, medians, xerr=errors, color=colors)
+        ax.axvline(1.0, color="black", linewidth=0.8)
+        ax.set_title(f"{job}\n(target {entry['target']:.3f})")
+        ax.set_xlabel("time to target / baseline's (capped at 3)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+def _int_seeds(mapping: dict) -> dict:
+    """JSON keys back to int seeds (`runs[job][contender][seed]`)."""
+    return {int(k) if k.isdigit() else k: v for k, v in mapping.items()}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seeds", type=int, default=3)
+    parser.add_argument("--jobs", nargs="*", default=list(JOBS))
+    parser.add_argument("--contenders", nargs="*", default=list(CONTENDERS))
+    parser.add_argument("--generous", action="store_true")
+    parser.add_argument("--out", default=str(RESULTS / "time_to_accuracy.json"))
+    parser.add_argument(
+        "--merge",
+        action="store_true",
+        help="keep --out's runs; run only --contenders (no baseline) and replace theirs",
+    )
+    args = parser.parse_args()
+    seeds = list(range(args.seeds))
+    out = pathlib.Path(args.out)
+    old = json.loads(out.read_text()) if args.merge else {}
+    runs: dict = json.loads(json.dumps(old.get("runs", {})), object_hook=_int_seeds)
+    began = time.perf_counter()
+    for name in args.jobs:
+        job = JOBS[name]
+        runs.setdefault(name, {})
+        parts = job["data"]()
+        for seed in seeds:  # interleaved by seed: the machine's drift touches all alike
+            chosen = [c for c in args.contenders if c in job.get("contenders", CONTENDERS)]
+            for contender in ([] if args.merge else [None]) + chosen:
+                key = contender or "baseline"
+                result = run(job, parts, contender, seed, job["epochs"])
+                runs[name].setdefault(key, {})[seed] = result
+                shown = result.get("skipped", "")[:60] or f"{result['curve'][-1][1]:.3f}"
+                print(f"{name} seed {seed} {key}: {shown}", flush=True)
+    table = summarize(runs, seeds, np.random.default_rng(0))
+    for name, entry in old.get("jobs", {}).items():  # a merge keeps the generous setting
+        if "generous_epochs" in entry and name in table:
+            table[name].setdefault("generous_epochs", entry["generous_epochs"])
+    if args.generous:
+        for name in args.jobs:
+            job, parts, target = JOBS[name], JOBS[name]["data"](), table[name]["target"]
+            generous = {}
+            for seed in seeds:
+                for contender in (None, "fast"):
+                    result = run(job, parts, contender, seed, 3 * job["epochs"], stop_at=target)
+                    generous.setdefault(contender or "baseline", []).append(
+                        time_to(result["curve"], target)
+                    )
+            ratios = [f / b for f, b in zip(generous["fast"], generous["baseline"], strict=True)]
+            median, low, high = bootstrap(ratios, np.random.default_rng(0))
+            table[name]["generous_epochs"] = {
+                "declared_epochs": 3 * job["epochs"],
+                "fast_ratio_median": median,
+                "fast_ratio_low": low,
+                "fast_ratio_high": high,
+                "seconds": generous,
+            }
+    out.parent.mkdir(exist_ok=True)
+    meta = {
+        "seeds": seeds,
+        "batch": BATCH,
+        "epochs": {n: JOBS[n]["epochs"] for n in runs},
+        "wall_seconds": time.perf_counter() - began + old.get("meta", {}).get("wall_seconds", 0),
+        "host": "2 shared CPU cores",
+        "tensorflow": tf.__version__,
+        "keras": keras.__version__,
+    }
+    out.write_text(json.dumps({"meta": meta, "jobs": table, "runs": runs}, indent=1, default=str))
+    plot(table, out.with_suffix(".png"))
+    for name, entry in table.items():
+        print(f"\n{name} (target {entry['target']:.3f})")
+        for contender, row in entry["contenders"].items():
+            if "skipped" in row:
+                print(f"  {contender:<22} n/a: {row['skipped'][:70]}")
+                continue
+            print(
+                f"  {contender:<22} {row['ratio_median']:.2f}x [{row['ratio_low']:.2f}, "
+                f"{row['ratio_high']:.2f}]  reached {row['reached']}/{len(seeds)}  "
+                f"final {row['final_accuracy_median']:.3f}"
+            )
+        if "generous_epochs" in entry:
+            g = entry["generous_epochs"]
+            print(
+                f"  fast, {g['declared_epochs']} epochs declared, stopped at target: "
+                f"{g['fast_ratio_median']:.2f}x "
+                f"[{g['fast_ratio_low']:.2f}, {g['fast_ratio_high']:.2f}]"
+            )
+
+
+if __name__ == "__main__":
+    main()
