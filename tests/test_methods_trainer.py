@@ -173,3 +173,65 @@ def test_bad_methods_raise_before_step_one():
     with pytest.raises(ValueError, match="longer than the job"):
         long.fit(dataset(), epochs=2, verbose=0)
     assert int(long.step) == 0
+
+
+def test_two_replicas_train_as_one_with_methods_on(mirrored):
+    def stack():
+        return [methods.OneCycle(peak=0.05), methods.EMA(0.8), methods.MixUp(0.4)]
+
+    one = trainer(stack())
+    one.fit(dataset(), epochs=2, validation_data=dataset(), verbose=0)
+    two = tfaccel.Trainer(
+        build,
+        optimizer=keras.optimizers.SGD(0.1),
+        loss="sparse_categorical_crossentropy",
+        metrics=["accuracy"],
+        strategy=mirrored,
+        steps_per_loop=2,
+        jit_compile=False,
+        methods=stack(),
+    )
+    history = two.fit(dataset(), epochs=2, validation_data=dataset(), verbose=0).history
+    assert max_diff(one.model.get_weights(), two.model.get_weights()) < 1e-5
+    assert 0.0 <= history["val_accuracy"][-1] <= 1.0
+
+
+def test_progressive_resizing_in_the_trainer_resumes_at_its_stage(tmp_path):
+    """The stage is a function of the epoch, so a resumed run is at the same stage. (Not
+    bit-exact: the Trainer's input stream reads a batch or two ahead, which may get the
+    previous stage's size at a stage change; model.fit's per-epoch iterator does not.)"""
+    images = RNG.normal(size=(32, 8, 8, 1)).astype("float32")
+    labels = RNG.integers(0, 3, size=32).astype("int32")
+    data = tf.data.Dataset.from_tensor_slices((images, labels)).batch(8)
+
+    def image_model():
+        keras.utils.set_random_seed(2)
+        return keras.Sequential(
+            [
+                keras.Input((None, None, 1)),
+                keras.layers.Conv2D(4, 3, padding="same", activation="relu"),
+                keras.layers.GlobalAveragePooling2D(),
+                keras.layers.Dense(3, activation="softmax"),
+            ]
+        )
+
+    def make():
+        return tfaccel.Trainer(
+            image_model,
+            optimizer=keras.optimizers.SGD(0.1),
+            loss="sparse_categorical_crossentropy",
+            strategy=tf.distribute.get_strategy(),
+            steps_per_loop=2,
+            jit_compile=False,
+            methods=[methods.ProgressiveResizing(start=0.5, stages=2, until=0.5)],
+        )
+
+    whole = make()
+    whole.fit(data, epochs=4, verbose=0)
+    assert whole.methods.plan.methods[0].callback.seen == [4, 4, 8, 8]
+    first = make()
+    first.fit(data, epochs=4, callbacks=[StopAfter(1)], checkpoint_dir=tmp_path, verbose=0)
+    resumed = make()
+    resumed.fit(data, epochs=4, checkpoint_dir=tmp_path, verbose=0)
+    assert resumed.methods.plan.methods[0].callback.seen == [4, 8, 8]
+    assert int(resumed.step) == 16

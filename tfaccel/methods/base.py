@@ -92,9 +92,10 @@ class Plan:
         self.seed: int | None = None
         self.dataset = None  # the transformed training data (for_fit's)
 
-    def add_map(self, name: str, fn, order: int) -> None:
-        """Adds a batch map `fn(x, y, seed) -> (x, y)`."""
-        self.maps.append(BatchMap(name, fn, order))
+    def add_map(self, name: str, fn, order: int, reads_state: bool = False) -> None:
+        """Adds a batch map `fn(x, y, seed) -> (x, y)` (`reads_state`: it reads a variable
+        a callback sets, so it runs when the batch is asked for)."""
+        self.maps.append(BatchMap(name, fn, order, reads_state))
 
     def evaluation_data(self, data):
         """Validation or evaluation data with its labels in the training form (one-hot

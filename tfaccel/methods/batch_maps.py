@@ -18,6 +18,7 @@ class BatchMap:
     name: str
     fn: object
     order: int  # smaller first: resizing (0) before one-hot (1) before mixing (2)
+    reads_state: bool = False  # reads a variable a callback sets (resizing's image size)
 
 
 def content_key(x) -> tf.Tensor:
@@ -55,4 +56,11 @@ def transform(data, maps, seed: int):
             x, y = batch_map.fn(x, y, tf.stack([tf.constant(seed + i, tf.int64), key]))
         return (x, y, *rest)
 
-    return data.map(apply, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+    if not any(m.reads_state for m in maps):
+        return data.map(apply, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+    # A map reading state a callback sets at an epoch's start runs when the step asks for
+    # the batch (no parallel read-ahead into the next epoch); the state is a function of
+    # the epoch, so an iterator checkpoint need not hold it.
+    options = tf.data.Options()
+    options.experimental_external_state_policy = tf.data.experimental.ExternalStatePolicy.IGNORE
+    return data.map(apply).with_options(options)

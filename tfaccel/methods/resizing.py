@@ -6,6 +6,11 @@ resumed run is at the same stage). The stages are a fixed, short list of sizes, 
 the full size: the step sees at most that many distinct shapes. The model must take any
 height and width (`keras.Input((None, None, channels))` with a global pooling), so its
 step is traced for an unknown size, not once per size.
+
+With `model.fit` (a fresh iterator each epoch, made after `on_epoch_begin`) each epoch's
+batches all have its size. The Trainer's input stream reads a batch or two ahead, so at a
+stage change those may still have the previous size: a resumed run is at the same stage,
+but not bit-exact across a change (known limitation).
 """
 
 from __future__ import annotations
@@ -125,4 +130,4 @@ class ProgressiveResizing(Method):
             )
             return x, y
 
-        plan.add_map(self.name, resize, 0)
+        plan.add_map(self.name, resize, 0, reads_state=True)
