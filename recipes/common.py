@@ -188,8 +188,8 @@ def setup(args: argparse.Namespace, name: str) -> Run:
     if not args.learning_rate > 0:
         raise ValueError(f"--learning-rate must be > 0, got {args.learning_rate}.")
     budget = getattr(args, "doctor_budget", None)
-    if budget is not None and not budget > 0:
-        raise ValueError(f"--doctor-budget must be a number of seconds > 0, got {budget}.")
+    if budget is not None and not 0 < budget < float("inf"):
+        raise ValueError(f"--doctor-budget must be a number of seconds > 0, finite, got {budget}.")
     if getattr(args, "tune", False):  # the batch step is --tune-batch-size's, then the rate
         args.tune_batch_size = True
     if args.smoke:

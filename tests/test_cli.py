@@ -90,7 +90,9 @@ def test_doctor_refuses_what_it_cannot_run(tmp_path, capfd):
     assert cli.main(["doctor", str(plain)]) == 3  # it ran: no fit to diagnose
     assert "ended without calling model.fit or Trainer.fit" in capfd.readouterr().err
     assert cli.main(["doctor", "--budget", "0", "recipes/digits.py"]) == 2
-    assert "--budget must be > 0" in capfd.readouterr().err
+    assert "--budget must be a finite number > 0" in capfd.readouterr().err
+    assert cli.main(["doctor", "--budget", "inf", "recipes/digits.py"]) == 2
+    assert "--budget must be a finite number > 0 seconds, got inf" in capfd.readouterr().err
 
 
 def test_doctor_diagnoses_a_plain_script_at_its_first_fit(tmp_path):

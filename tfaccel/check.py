@@ -105,6 +105,8 @@ def run(
     """
     import logging
 
+    if json_path is not None:
+        check_json_path(json_path)
     began = time.perf_counter()
     results = []
     try:
@@ -127,6 +129,22 @@ def run(
     if json_path is not None:
         write_json(results, json_path, time.perf_counter() - began)
     return results
+
+
+def check_json_path(path) -> None:
+    """Raises ValueError, before any check runs, when the JSON cannot be written to `path`."""
+    target = pathlib.Path(path)
+    existed = target.exists()
+    try:
+        with open(target, "a"):
+            pass
+    except OSError as error:
+        raise ValueError(
+            f"cannot write the JSON to {path}: {error.strerror or error}; pass a file path "
+            "in a folder you can write to, e.g. --json check.json"
+        ) from None
+    if not existed:
+        target.unlink()
 
 
 def write_json(results: list[Result], path, seconds: float) -> None:

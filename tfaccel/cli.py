@@ -155,28 +155,26 @@ def _tune(args: argparse.Namespace) -> int:
 
 
 def _doctor(args: argparse.Namespace) -> int:
-    """A recipe with a `--doctor` option runs it; any other script runs under
-    `tfaccel.doctor.script`, which diagnoses its first `fit`."""
+    """Runs the script under `tfaccel.doctor.script`, which ends it at its first `fit`
+    (diagnosed); a recipe whose code declares `--doctor` runs with it."""
     import pathlib
     import subprocess
 
-    if args.budget is not None and not args.budget > 0:
-        print(f"tfaccel doctor: --budget must be > 0 seconds, got {args.budget}", file=sys.stderr)
+    if args.budget is not None and not 0 < args.budget < float("inf"):
+        print(
+            f"tfaccel doctor: --budget must be a finite number > 0 seconds, got {args.budget}; "
+            "e.g. --budget 60",
+            file=sys.stderr,
+        )
         return 2
     script = pathlib.Path(args.recipe)
-    if script.is_file() and script.suffix == ".py":
-        if "--doctor" not in script.read_text(errors="replace"):
-            recipe_args = (
-                args.recipe_args[1:] if args.recipe_args[:1] == ["--"] else args.recipe_args
-            )
-            budget = [] if args.budget is None else ["--budget", str(args.budget)]
-            out = [] if args.out is None else ["--out", args.out]
-            runner = [sys.executable, "-m", "tfaccel.doctor.script", *budget, *out]
-            return subprocess.call([*runner, str(script), *recipe_args])
-    budget = [] if args.budget is None else ["--doctor-budget", str(args.budget)]
-    if args.out is not None:
-        budget += ["--out", args.out]
-    return _run_recipe("doctor", "--doctor", "", args, budget)
+    if not script.is_file() or script.suffix != ".py":
+        return _run_recipe("doctor", "--doctor", "", args)  # says what is wrong
+    recipe_args = args.recipe_args[1:] if args.recipe_args[:1] == ["--"] else args.recipe_args
+    runner = [sys.executable, "-m", "tfaccel.doctor.script"]
+    budget = [] if args.budget is None else ["--budget", str(args.budget)]
+    out = [] if args.out is None else ["--out", args.out]
+    return subprocess.call([*runner, *budget, *out, str(script), *recipe_args])
 
 
 def _check(args: argparse.Namespace) -> int:
@@ -197,6 +195,12 @@ def _check(args: argparse.Namespace) -> int:
             return 2
     from tfaccel import check
 
+    if args.json is not None:
+        try:
+            check.check_json_path(args.json)
+        except ValueError as error:
+            print(f"tfaccel check: --json: {error}", file=sys.stderr)
+            return 2
     began = time.perf_counter()
     results = check.run(json_path=args.json, verbose=True)
     print(check.format_table(results))

@@ -96,8 +96,13 @@ def diagnose(
             that cannot be read, or a non-positive `budget_s` / `rounds`.
     """
     began = time.perf_counter()
-    if budget_s is not None and not (isinstance(budget_s, (int, float)) and budget_s > 0):
-        raise ValueError(f"budget_s must be a number of seconds > 0, got {budget_s!r}.")
+    if budget_s is not None and not (
+        isinstance(budget_s, (int, float)) and 0 < budget_s < float("inf")
+    ):
+        raise ValueError(
+            f"budget_s must be a finite number of seconds > 0, got {budget_s!r}; pass e.g. "
+            "budget_s=60 (or None for the default: 60 s or 5% of an epoch)."
+        )
     if isinstance(rounds, bool) or not isinstance(rounds, int) or rounds < 1:
         raise ValueError(f"rounds must be an integer >= 1, got {rounds!r}.")
     if not isinstance(deep, bool):

@@ -325,6 +325,11 @@ def encode_functions(functions: dict) -> str:
 
     import cloudpickle
 
+    from tfaccel.data.service.shippable import message, unshippable
+
+    names = unshippable(functions.values())
+    if names:
+        raise ServiceError(message(names))
     try:
         return base64.b64encode(_dumps(cloudpickle, functions)).decode() + "\n"
     except Exception as error:

@@ -32,6 +32,7 @@ import tensorflow as tf
 
 from tfaccel.train.loop.faults import TrainingDivergedError
 from tfaccel.tuning.lr import decline as lr_decline
+from tfaccel.tuning.lr import nonfinite as lr_nonfinite
 from tfaccel.tuning.lr import rule as lr_rule
 from tfaccel.tuning.lr import sizing as lr_sizing
 from tfaccel.tuning.lr.report import LearningRateReport
@@ -123,7 +124,7 @@ class LRRangeTest(keras.callbacks.Callback):
 
     def _why_stop(self, loss: float) -> str | None:
         if not math.isfinite(loss):
-            return "diverged"
+            return lr_nonfinite.cause(self.losses)  # "diverged" or "non-finite input"
         recent = float(np.median(self.losses[-RECENT:]))
         self._best = min(self._best, recent)
         past_start = len(self.losses) >= max(RECENT, self.num_steps // 10)
@@ -225,11 +226,14 @@ class _Snapshot:
         self.unbuilt = metrics  # built during the test: reset afterwards
         self.checkpoint = tf.train.Checkpoint(**self.objects())
         self.path = self.checkpoint.write(os.path.join(self.dir.name, "state"))
+        self.seeds = [(v, v.numpy()) for v in _seed_states(self.model)]
 
     def restore(self) -> None:
         """Reads it back and resets what it cannot hold."""
         if self.path is not None:
             self.checkpoint.read(self.path).expect_partial()
+        for variable, value in getattr(self, "seeds", ()):  # Dropout, noise, augmentation
+            variable.assign(value)
         for metric in self.unbuilt:
             metric.reset_state()
         random.setstate(self.random[0])
@@ -239,6 +243,12 @@ class _Snapshot:
         if self.trainer is not None:
             self.trainer.settings = self.settings
         self.dir.cleanup()
+
+
+def _seed_states(model) -> list:
+    """Every `keras.random.SeedGenerator` state of the model's layers (Dropout,
+    GaussianNoise, random augmentation): the checkpoint does not hold them."""
+    return [v for v in model.variables if v.name == "seed_generator_state"]
 
 
 def _target(target):
@@ -403,7 +413,7 @@ def find_learning_rate(
     except TrainingDivergedError:  # the Trainer refuses non-finite weights at once
         ramp.rates.append(ramp.rate_at(ramp.done))
         ramp.losses.append(math.nan)
-        ramp.stopped = "diverged"
+        ramp.stopped = lr_nonfinite.cause(ramp.losses)
     finally:
         control.restore()
         snapshot.restore()
@@ -425,6 +435,8 @@ def _report(ramp: LRRangeTest, control: RateControl, seconds: float) -> Learning
     read = lr_rule.suggest(ramp.rates, ramp.losses)
     if ramp.stopped == "declined":
         read = lr_rule.Suggestion(None, ramp.declined, [])
+    elif ramp.stopped == lr_nonfinite.INPUT:
+        read = lr_rule.Suggestion(None, lr_nonfinite.reason(ramp.rates, ramp.losses), [])
     elif ramp.stopped == "budget" and len(ramp.losses) < lr_rule.MIN_POINTS:
         why = (
             f"budget_s ran out after {ramp.done} steps: a curve needs at least "

@@ -23,7 +23,8 @@ class LearningRateReport:
         steepest_rate: what the steepest-descent rule (Lightning's kind) reads from the
             same curve, for comparison; None when the curve is too short.
         noise: the robust noise of one loss.
-        stopped: why the ramp ended: "end of ramp", "diverged", "budget", "data",
+        stopped: why the ramp ended: "end of ramp", "diverged", "non-finite input" (a
+            batch with NaN or Inf), "budget", "data",
             "declined" (its first timed steps projected it past `budget_s`), or "not run"
             (too small to pay: the curve is then empty).
         steps: training steps the test ran.
