@@ -3,6 +3,7 @@
 import pytest
 
 from tfaccel import check, cli
+from tfaccel.data.sources.counted import Counted
 
 UNWRITABLE = "/proc/tfaccel-check.json"  # /proc takes no new files, not even from root
 
@@ -52,3 +53,48 @@ def test_a_function_defined_inside_preprocess_is_named_before_it_ships():
         local.encode_functions(functions)
     assert "Define them at module level" in str(info.value)
     assert local.encode_functions(local.python_functions(source.map(plain)))  # ships
+
+
+def _rows(count, empty=()):
+    import numpy as np
+
+    def rows(shard, shards):
+        if shard in empty:
+            return
+        for index in range(shard, count, shards):
+            yield np.float32(index)
+
+    return rows
+
+
+def test_from_generator_names_deterministic_and_a_wrong_count():
+    import tensorflow as tf
+
+    from tfaccel import data
+
+    spec = tf.TensorSpec((), tf.float32)
+    with pytest.raises(TypeError, match="deterministic must be True, False or None, got 'yes'"):
+        data.from_generator(_rows(64), spec, shards=4, deterministic="yes")
+    short = data.from_generator(_rows(64), spec, shards=4, count=100)
+    with pytest.raises(tf.errors.OpError, match="count=100, but the 4 shards of 'rows' yielded 64"):
+        list(short.as_numpy_iterator())
+    long = data.from_generator(_rows(64), spec, shards=4, count=10)
+    with pytest.raises(tf.errors.OpError, match="count=10, but .* yielded more than 10"):
+        list(long.as_numpy_iterator())
+    empty = data.from_generator(_rows(64, empty=(2,)), spec, shards=4, count=64)
+    with pytest.raises(
+        tf.errors.OpError, match=r"yielded 48 elements; shard\(s\) 2 yielded nothing"
+    ):
+        list(empty.as_numpy_iterator())
+    single = data.from_generator(lambda: iter(range(3)), tf.TensorSpec((), tf.int32), count=5)
+    with pytest.raises(
+        tf.errors.OpError, match="count=5, but the generator of '<lambda>' yielded 3"
+    ):
+        list(single.as_numpy_iterator())
+    right = data.from_generator(_rows(64), spec, shards=4, count=64)
+    assert sorted(right.as_numpy_iterator()) == list(range(64))
+    assert sorted(right.as_numpy_iterator()) == list(range(64))  # a second epoch, counted anew
+    import pickle
+
+    copy = pickle.loads(pickle.dumps(Counted(range, 3, None)))  # ships to service workers
+    assert (copy.count, copy.shards, list(copy(3))) == (3, 1, [0, 1, 2])

@@ -17,6 +17,7 @@ from typing import Any
 
 import tensorflow as tf
 
+from tfaccel.data.sources.counted import Counted
 from tfaccel.data.sources.info import SourceInfo, attach_source
 
 
@@ -51,8 +52,10 @@ def from_generator(
         `tfaccel.data.pipeline` gives each pipeline its own shards, before reading.
 
     Raises:
-        TypeError: `fn` is not callable, or takes the wrong number of arguments.
-        ValueError: `shards` is not a positive int, or no `output_signature`.
+        TypeError: `fn` is not callable, or takes the wrong number of arguments; a
+            `deterministic` that is not a bool or None.
+        ValueError: `shards` is not a positive int, or no `output_signature`. When read:
+            a generator total other than `count` (naming any shard that yielded nothing).
     """
     if not callable(fn):
         raise TypeError(f"from_generator: fn must be callable, got {type(fn).__name__}.")
@@ -66,9 +69,14 @@ def from_generator(
         raise ValueError(f"from_generator: shards must be a positive int or None, got {shards!r}.")
     if count is not None and (isinstance(count, bool) or not isinstance(count, int) or count < 0):
         raise ValueError(f"from_generator: count must be an int >= 0 or None, got {count!r}.")
+    if deterministic is not None and not isinstance(deterministic, bool):
+        raise TypeError(
+            f"from_generator: deterministic must be True, False or None, got {deterministic!r}."
+        )
     _check_arity(fn, 0 if shards is None else 2)
     known = tf.data.experimental.assert_cardinality(count) if count is not None else None
     name = getattr(fn, "__name__", type(fn).__name__)
+    fn = Counted(fn, count, shards) if count is not None else fn  # a wrong count= named
     if shards is None:
         dataset = tf.data.Dataset.from_generator(fn, output_signature=output_signature)
         dataset = dataset.apply(known) if known else dataset
