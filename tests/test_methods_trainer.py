@@ -235,3 +235,69 @@ def test_progressive_resizing_in_the_trainer_resumes_at_its_stage(tmp_path):
     resumed.fit(data, epochs=4, checkpoint_dir=tmp_path, verbose=0)
     assert resumed.methods.plan.methods[0].callback.seen == [4, 8, 8]
     assert int(resumed.step) == 16
+
+
+JOB = """
+import os, signal, sys
+import numpy as np, keras, tensorflow as tf
+import tfaccel
+from tfaccel import methods
+
+rng = np.random.default_rng(0)
+x = rng.normal(size=(64, 6)).astype("float32")
+y = rng.integers(0, 3, size=64).astype("int32")
+data = tf.data.Dataset.from_tensor_slices((x, y)).shuffle(64, seed=1).batch(16)
+directory, kill_at, out = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+
+
+def build():
+    keras.utils.set_random_seed(1)
+    return keras.Sequential([keras.Input((6,)), keras.layers.Dense(8, activation="relu"),
+                             keras.layers.Dense(3, activation="softmax")])
+
+
+class Kill(keras.callbacks.Callback):
+    def on_train_begin(self, logs=None):
+        print("started at step", int(trainer.step), flush=True)
+
+    def on_train_batch_end(self, batch, logs=None):
+        if kill_at and int(trainer.step) >= kill_at:
+            os.kill(os.getpid(), signal.SIGKILL)
+
+
+trainer = tfaccel.Trainer(
+    build, optimizer=keras.optimizers.SGD(0.1), loss="sparse_categorical_crossentropy",
+    strategy=tf.distribute.get_strategy(), steps_per_loop=2, jit_compile=False,
+    methods=[methods.OneCycle(peak=0.05), methods.EMA(0.8)],
+)
+trainer.fit(data, epochs=4, callbacks=[Kill()], checkpoint_dir=directory or None,
+            checkpoint_every=2, verbose=0)
+np.save(out, np.concatenate([w.ravel() for w in trainer.model.get_weights()]))
+"""
+
+
+def test_kill_9_mid_epoch_with_methods_on_resumes_to_the_uninterrupted_weights(tmp_path):
+    """One-cycle and EMA (optimizer state). Methods with a batch map (label smoothing on
+    sparse labels, MixUp, CutMix) resume exactly at epoch boundaries (the resume test
+    above) but not yet after a kill mid-epoch (0.005 to 0.03 apart; cause not found)."""
+    import signal
+    import subprocess
+    import sys
+
+    script = tmp_path / "job.py"
+    script.write_text(JOB)
+
+    def job(directory, kill_at, out):
+        args = [sys.executable, str(script), directory, str(kill_at), str(tmp_path / out)]
+        return subprocess.run(args, capture_output=True, text=True, timeout=300)
+
+    whole = job("", 0, "whole.npy")
+    assert whole.returncode == 0, whole.stderr[-2000:]
+    killed = job(str(tmp_path / "ckpt"), 5, "never.npy")  # at step 6 of 16: mid-epoch 1
+    assert killed.returncode == -signal.SIGKILL, killed.stderr[-2000:]
+    resumed = job(str(tmp_path / "ckpt"), 0, "resumed.npy")
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    started = int(resumed.stdout.split("started at step")[1].split()[0])
+    assert 0 < started < 8  # from a checkpoint before the kill (every 2 steps, saved async)
+    want, got = np.load(tmp_path / "whole.npy"), np.load(tmp_path / "resumed.npy")
+    assert float(np.max(np.abs(want - got))) < 1e-6
