@@ -279,7 +279,9 @@ np.save(out, np.concatenate([w.ravel() for w in trainer.model.get_weights()]))
 def test_kill_9_mid_epoch_with_methods_on_resumes_to_the_uninterrupted_weights(tmp_path):
     """One-cycle and EMA (optimizer state). Methods with a batch map (label smoothing on
     sparse labels, MixUp, CutMix) resume exactly at epoch boundaries (the resume test
-    above) but not yet after a kill mid-epoch (0.005 to 0.03 apart; cause not found)."""
+    above) but not yet after a kill mid-epoch of a dataset with a reshuffling `shuffle`
+    (0.005 to 0.03 apart; exact without the shuffle: the mapped probe's reads are the
+    suspect, not yet fixed)."""
     import signal
     import subprocess
     import sys
