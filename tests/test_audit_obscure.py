@@ -1,5 +1,7 @@
 """Issue 54's obscure and silent cases: each a clear error or a stated figure."""
 
+import re
+
 import pytest
 
 from tfaccel import check, cli
@@ -98,3 +100,34 @@ def test_from_generator_names_deterministic_and_a_wrong_count():
 
     copy = pickle.loads(pickle.dumps(Counted(range, 3, None)))  # ships to service workers
     assert (copy.count, copy.shards, list(copy(3))) == (3, 1, [0, 1, 2])
+
+
+def test_mfu_says_what_numpy_function_work_it_leaves_out(capsys):
+    import keras
+    import numpy as np
+    import tensorflow as tf
+
+    from tfaccel import callbacks
+
+    def slow_square(x):
+        y = tf.numpy_function(lambda a: a * a, [x], tf.float32)
+        y.set_shape(x.shape)
+        return y
+
+    model = keras.Sequential(
+        [
+            keras.Input((8,)),
+            keras.layers.Lambda(slow_square, name="in_python"),
+            keras.layers.Dense(4),
+        ]
+    )
+    model.compile("sgd", "mse")
+    throughput = callbacks.Throughput(warmup_steps=1, mfu=True, peak_flops=1e12, verbose=1)
+    x, y = np.ones((64, 8), "float32"), np.ones((64, 4), "float32")
+    model.fit(x, y, batch_size=16, epochs=1, callbacks=[throughput], verbose=0)
+    out = capsys.readouterr().out
+    assert "MFU " in out
+    said = "leave out the work inside numpy_function/py_function: sequential(_1)?/in_python"
+    assert re.search(said, out), out
+    (where,) = throughput.summary["flops_leave_out"]
+    assert "in_python" in where

@@ -29,6 +29,30 @@ def flops_per_example(model) -> float | None:
     return training_flops_per_example(model, spec)
 
 
+PYTHON_OPS = ("PyFunc", "PyFuncStateless", "EagerPyFunc")  # numpy_function, py_function
+
+
+def python_ops(model) -> list[str]:
+    """Where the model's forward pass runs Python (`numpy_function` / `py_function`): the
+    graph's FLOP count leaves their work out. Names without the op's own suffix."""
+    spec = input_spec(model)
+    if spec is None:
+        return []
+    example = tf.nest.map_structure(lambda s: tf.zeros((1, *s.shape[1:]), s.dtype), spec)
+    try:
+        graph = tf.function(lambda: model(example, training=False)).get_concrete_function().graph
+    except (ValueError, TypeError, tf.errors.OpError):
+        return []
+    definition = graph.as_graph_def()
+    nodes = list(definition.node)
+    for function in definition.library.function:
+        nodes.extend(function.node_def)
+    names = [
+        n.name.rsplit("/", 1)[0] if "/" in n.name else n.name for n in nodes if n.op in PYTHON_OPS
+    ]
+    return sorted(set(names))
+
+
 def measured_peak(model) -> tuple[float, str]:
     """(FLOP/s, dtype): this machine's matmul peak in the model's compute dtype."""
     from tfaccel.callbacks.peak import MatmulPeak

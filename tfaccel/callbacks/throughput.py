@@ -134,6 +134,9 @@ class Throughput(keras.callbacks.Callback):
         if not on or self.model is None:
             return
         self._flops = self.flops_per_example or _mfu.flops_per_example(self.model)
+        self._uncounted = [] if self.flops_per_example else _mfu.python_ops(self.model)
+        if self._uncounted:
+            self.summary["flops_leave_out"] = list(self._uncounted)
         if self._flops is None:
             self._warn_once(
                 "flops",
@@ -261,7 +264,11 @@ class Throughput(keras.callbacks.Callback):
         if not warm:  # too short for the warm-up: summarise every call instead
             rates, (steps, examples, seconds) = self._all_rates, self._measured_all
         self.summary = {
-            **{k: v for k, v in self.summary.items() if k in ("peak_flops", "peak_dtype")},
+            **{
+                k: v
+                for k, v in self.summary.items()
+                if k in ("peak_flops", "peak_dtype", "flops_leave_out")
+            },
             **({"flops_per_example": self._flops} if self._flops else {}),
             "total_steps": self._clock.steps,
             "total_examples": self._examples_total if self._examples_known else None,
@@ -279,6 +286,12 @@ class Throughput(keras.callbacks.Callback):
             if value is not None and np.isfinite(value):
                 self.summary["mfu"] = value
                 mfu = f"; MFU {value:.1%} of the measured peak"
+                if getattr(self, "_uncounted", None):
+                    mfu += (
+                        " (FLOPs counted from the graph leave out the work inside "
+                        f"numpy_function/py_function: {', '.join(self._uncounted)}; pass "
+                        "Throughput(flops_per_example=...) to count it)"
+                    )
         if self.verbose and rates:
             key = "examples_per_second" if self._examples_known else "steps_per_second"
             unit = "examples/s" if self._examples_known else "steps/s"
