@@ -131,3 +131,43 @@ def test_mfu_says_what_numpy_function_work_it_leaves_out(capsys):
     assert re.search(said, out), out
     (where,) = throughput.summary["flops_leave_out"]
     assert "in_python" in where
+
+
+def test_a_feed_is_taken_wherever_data_is():
+    import keras
+    import numpy as np
+    import tensorflow as tf
+
+    import tfaccel
+
+    rng = np.random.default_rng(0)
+    x, y = rng.normal(size=(64, 4)).astype("float32"), rng.integers(0, 3, 64)
+    dataset = tf.data.Dataset.from_tensor_slices((x, y)).batch(16)
+    strategy = tfaccel.devices.strategy("one_device")
+
+    def trainer():
+        keras.utils.set_random_seed(0)
+        return tfaccel.Trainer(
+            keras.Sequential([keras.Input((4,)), keras.layers.Dense(3)]),
+            optimizer=keras.optimizers.SGD(0.1),
+            loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+            strategy=strategy,
+            steps_per_loop=1,
+        )
+
+    fed = trainer()
+    feed = fed.feed(dataset)
+    history = fed.fit(feed, epochs=2, validation_data=feed, verbose=0).history
+    plain = trainer()
+    want = plain.fit(dataset, epochs=2, validation_data=dataset, verbose=0).history
+    np.testing.assert_allclose(history["loss"], want["loss"], rtol=1e-6)
+    np.testing.assert_allclose(history["val_loss"], want["val_loss"], rtol=1e-6)
+    assert fed.evaluate(feed)["loss"] == pytest.approx(plain.evaluate(dataset)["loss"], rel=1e-6)
+    other = tfaccel.Trainer(
+        keras.Sequential([keras.Input((4,)), keras.layers.Dense(3)]),
+        optimizer=keras.optimizers.SGD(0.1),
+        loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+        strategy=tfaccel.devices.strategy("default"),
+    )
+    with pytest.raises(ValueError, match="This Feed was made for another strategy"):
+        other.evaluate(feed)

@@ -303,8 +303,8 @@ class Trainer:
         Args:
             x: a batched `tf.data.Dataset` (global batch) of `(x, y[, sample_weight])`, a
                 dataset function for `distribute_datasets_from_function`,
-                `tfaccel.data.pipeline(...)`'s result, or the features as NumPy arrays
-                (a dict or tuple of arrays for several inputs) with `y`.
+                `tfaccel.data.pipeline(...)`'s result, a `Feed` of `trainer.feed(...)`, or the
+                features as NumPy arrays (a dict or tuple of arrays for several inputs) with `y`.
             y: labels for array features (None with a dataset).
             batch_size: the global batch for arrays (default 32, as Keras).
             epochs: the epoch to stop at (train epochs `initial_epoch`..`epochs - 1`).
@@ -407,7 +407,7 @@ class Trainer:
         checkpointing = Checkpointing(checkpoint_dir, checkpoint_every, keep, resume)
         faults = FaultPolicy(divergence_loops, restore_on_divergence, exit_on_preemption)
         clock.lap("arguments and array inputs")
-        train = Feed(train_data, self.strategy, what="training")
+        train = Feed.of(train_data, self.strategy, what="training")  # a Feed is reused
         train, callbacks = self.methods.apply(self, train, callbacks, steps_per_epoch, epochs)
         self._choose_step(train, steps_per_epoch, epochs - initial_epoch)
         self.feed(train, steps=steps_per_epoch)

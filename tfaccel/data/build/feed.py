@@ -96,6 +96,25 @@ class Feed:
         self._probe_maps: tuple = ()  # mapped(): what the value checks read, mapped alike
         self._fingerprint: Fingerprint | None = None
 
+    @classmethod
+    def of(cls, data, strategy: tf.distribute.Strategy, *, what: str = "training") -> Feed:
+        """`data` as a Feed: a Feed (e.g. `Trainer.feed`'s) is reused as it is, once it is
+        known to be read by `strategy`; anything else is built once.
+
+        Raises:
+            ValueError: a Feed made for another strategy.
+        """
+        if not isinstance(data, Feed):
+            return cls(data, strategy, what=what)
+        if data.strategy is not strategy:
+            raise ValueError(
+                f"This Feed was made for another strategy ({type(data.strategy).__name__}) "
+                f"than the one that would read it as {what} data "
+                f"({type(strategy).__name__}); make it with this Trainer's feed(...), or "
+                "pass the dataset itself."
+            )
+        return data
+
     def _derived(self, transform) -> Feed:
         feed = object.__new__(Feed)
         feed.__dict__.update(self.__dict__)

@@ -22,6 +22,7 @@ import numbers
 import numpy as np
 import tensorflow as tf
 
+from tfaccel.data.build.feed import Feed
 from tfaccel.data.build.pipeline import DatasetFn, pipeline
 from tfaccel.data.checks.weights import check_sample_weight
 from tfaccel.data.checks.weights import rows as _rows
@@ -44,8 +45,8 @@ def refuse(name: str, value) -> None:
 
 
 def is_data(x) -> bool:
-    """A dataset or a dataset function (what the Trainer takes without conversion)."""
-    return isinstance(x, (tf.data.Dataset, DatasetFn)) or (
+    """A dataset, a dataset function or a `Feed` (what the Trainer takes as it is)."""
+    return isinstance(x, (tf.data.Dataset, DatasetFn, Feed)) or (
         callable(x) and not isinstance(x, (np.ndarray, tf.Tensor))
     )
 

@@ -114,7 +114,7 @@ class Methods:
     def feed(self, data, strategy, what: str) -> Feed:
         """`data` as a `Feed` (a Feed stays itself); validation and evaluation data get
         their labels in the training form (one-hot when the plan made training's one-hot)."""
-        feed = data if isinstance(data, Feed) else Feed(data, strategy, what=what)
+        feed = Feed.of(data, strategy, what=what)
         if self.plan is None or not self.plan.one_hot or what == "training":
             return feed
         return feed.mapped(self.plan.evaluation_data)
