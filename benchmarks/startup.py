@@ -12,8 +12,12 @@ commit, put first on `PYTHONPATH`). One replica is the default strategy for both
 medians, ratios (÷ model.fit: lower is better) and, for the Trainer, the median of each
 start-up phase (`trainer.startup`, where the code under test has it).
 
-Run: `python benchmarks/startup.py [--rounds N] [--before PATH] [--jobs a,b] [--jobs2 c,d]`;
-writes `benchmarks/results/startup.json`.
+Run: `python benchmarks/startup.py [--rounds N] [--before PATH] [--after PATH] [--jobs a,b]
+[--jobs2 c,d] [--out FILE]`; writes `benchmarks/results/startup.json`. Issue 56's runs:
+`--before` = `git archive 4a80afa tfaccel` (the tree before the issue), `--after` = a
+`git archive` of the fixed tree (so that edits meanwhile do not leak in); and for the
+per-phase table (`results/startup_phases.json`, `--jobs mlp,cnn --jobs2 ""`) the before
+tree with only the report added (`setup/startup.py`, `step/traces.py`, the Trainer's laps).
 """
 
 from __future__ import annotations
@@ -181,10 +185,11 @@ def one(job: str, contender: str, replicas: int) -> dict:
     return result
 
 
-def _spawn(job: str, contender: str, replicas: int, before: str | None) -> dict:
+def _spawn(job: str, contender: str, replicas: int, trees: dict) -> dict:
     env = dict(os.environ)
-    if contender == "trainer_before":
-        env["PYTHONPATH"] = os.pathsep.join(filter(None, [before, env.get("PYTHONPATH")]))
+    tree = trees.get(contender)  # a copy of the package to import instead of this one
+    if tree:
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [tree, env.get("PYTHONPATH")]))
     which = "trainer" if contender == "trainer_before" else contender
     command = [sys.executable, __file__, "--one", job, which, str(replicas)]
     out = subprocess.run(command, capture_output=True, text=True, check=False, timeout=300, env=env)
@@ -204,6 +209,8 @@ def main() -> None:
     parser.add_argument("--one", nargs=3)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--before", default=None)
+    parser.add_argument("--after", default=None, help="a copy of this tree (edits meanwhile)")
+    parser.add_argument("--out", default=str(RESULTS))
     parser.add_argument("--jobs", default=",".join(JOBS))
     parser.add_argument("--jobs2", default="mlp,cnn,generator,compiled", help="on 2 replicas")
     args = parser.parse_args()
@@ -218,7 +225,8 @@ def main() -> None:
         for job, replicas in cases:
             shift = index % len(contenders)  # each contender leads in turn
             for contender in contenders[shift:] + contenders[:shift]:
-                result = _spawn(job, contender, replicas, args.before)
+                trees = {"trainer_before": args.before, "trainer": args.after}
+                result = _spawn(job, contender, replicas, trees)
                 runs[f"{job}/{replicas}"][contender].append(result)
         print(f"round {index + 1}: {time.perf_counter() - began:.0f} s", flush=True)
     table = {case: _row(by) for case, by in runs.items()}
@@ -231,7 +239,7 @@ def main() -> None:
         "jobs": table,
         "wall_s": round(time.perf_counter() - began),
     }
-    RESULTS.write_text(json.dumps(results, indent=2) + "\n")
+    pathlib.Path(args.out).write_text(json.dumps(results, indent=2) + "\n")
 
 
 def _row(by: dict) -> dict:
@@ -244,8 +252,11 @@ def _row(by: dict) -> dict:
         if "trainer_before" in medians:
             ratio = medians["trainer"] / medians["trainer_before"]
             row[key]["after_over_before"] = round(ratio, 2)
-    row["trainer_phases_s"] = {k: round(v, 3) for k, v in _median_phases(by["trainer"]).items()}
-    row["trainer_traces"] = by["trainer"][-1].get("traces", {})
+    for contender in (c for c in by if c != "keras"):
+        phases = _median_phases(by[contender])
+        if phases:  # a tree with `trainer.startup`
+            row[f"{contender}_phases_s"] = {k: round(v, 3) for k, v in phases.items()}
+            row[f"{contender}_traces"] = by[contender][-1].get("traces", {})
     print({k: {c: v for c, v in row[k].items() if "ratio" in c} for k in ("first_step_s", "fit_s")})
     return row
 
