@@ -171,3 +171,19 @@ def test_a_feed_is_taken_wherever_data_is():
     )
     with pytest.raises(ValueError, match="This Feed was made for another strategy"):
         other.evaluate(feed)
+
+
+def test_a_worker_failing_at_once_on_every_start_is_a_script_error():
+    import io
+    import sys
+
+    from tfaccel import launch
+
+    out, err = io.StringIO(), io.StringIO()
+    command = [sys.executable, "-c", "import sys; sys.exit(1)"]
+    status = launch.launch(command, 3, min_workers=1, max_restarts=1, out=out, err=err)
+    said = err.getvalue()
+    assert status == 1, said
+    assert "within 10 s of each of its 2 start(s): a script error, not a lost worker" in said
+    assert "lost; continuing" not in said
+    assert said.count("restarting all workers (1 of 1)") == 1

@@ -27,9 +27,8 @@ Network: TensorFlow's gRPC server binds every interface (`0.0.0.0:<port>`, hard-
 in TensorFlow's grpc_server_lib, with no option to bind loopback) although `TF_CONFIG`
 names 127.0.0.1; these servers are unauthenticated. The launcher says so, with the
 ports, each time it starts the workers: on a host reachable from untrusted networks,
-firewall the ports it prints. Each
-restart is announced on stderr; after the last one the launcher exits with the last
-failure's status.
+firewall the ports it prints. Each restart is announced on stderr; after the last one
+the launcher exits with the last failure's status.
 
 Elastic (`min_workers=M`, `--min-workers M`): when a worker still fails after the last
 restart (its machine gone, on a cluster), the job re-forms with one worker fewer — new
@@ -57,6 +56,7 @@ import time
 
 from tfaccel import strict_json
 from tfaccel.launcher import elastic
+from tfaccel.launcher.failures import Starts
 from tfaccel.launcher.output import Relay
 from tfaccel.launcher.processes import die_with_parent as _die_with_parent
 from tfaccel.launcher.processes import free_ports
@@ -240,8 +240,7 @@ def launch(
         workers: how many worker processes (>= 1).
         cpus_per_worker: pin each worker to this many cores (and size TensorFlow's
             thread pools to match).
-        timeout_s: terminate everything after this many seconds (status 124),
-            restarts included.
+        timeout_s: stop everything after this many seconds, restarts included (status 124).
         startup_timeout_s: once one worker's TensorFlow server listens, how long
             the others may take to start theirs before the job is stopped
             (status 124, naming the missing workers); None waits for ever.
@@ -253,8 +252,7 @@ def launch(
         max_workers: elastic: while on fewer workers, once the job has saved a new
             checkpoint, stop it (SIGTERM) and re-form it on this many (`launcher.elastic`);
             needs `checkpoint_dir`. None: never grow.
-        checkpoint_dir: the job's checkpoint directory, to name the step a re-formed
-            job continues from.
+        checkpoint_dir: the job's checkpoint directory (names the step a re-formed job resumes).
         out: where prefixed output goes (default stdout).
         err: where restarts are announced (default stderr).
 
@@ -277,16 +275,17 @@ def launch(
     out, err = out or sys.stdout, err or sys.stderr
     deadline = None if timeout_s is None else time.monotonic() + timeout_s
     restarts = grows = 0
+    starts = Starts()  # a worker failing at once on every start: a script error
     while True:
         grow = None
         if max_workers is not None and grows < elastic.MAX_GROWS:
             grow = elastic.GrowWatch(checkpoint_dir, workers, max_workers)
         timeout = (deadline, timeout_s)
-        result = _run_once(
-            command, workers, cpus_per_worker, timeout, startup_timeout_s, out, err, grow
+        result = starts.timed(
+            _run_once, command, workers, cpus_per_worker, timeout, startup_timeout_s, out, err, grow
         )
         if result.grown:
-            workers, restarts, grows = max_workers, 0, grows + 1
+            workers, restarts, grows = max_workers, starts.reset(), grows + 1
             err.write(
                 f"[launch] capacity back: re-forming the job on {workers} worker(s) from "
                 f"{_resume_point(checkpoint_dir)}\n"
@@ -296,7 +295,9 @@ def launch(
         if result.status == 0 or not result.restartable:
             return result.status
         if restarts == max_restarts and min_workers is not None and workers > min_workers:
-            workers, restarts = workers - 1, 0
+            if starts.script_error(result, err):
+                return result.status
+            workers, restarts = workers - 1, starts.reset()
             err.write(
                 f"[launch] {result.what} after {max_restarts} restart(s): worker "
                 f"{result.worker} lost; continuing on {workers} worker(s) from "
