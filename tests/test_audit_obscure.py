@@ -187,3 +187,12 @@ def test_a_worker_failing_at_once_on_every_start_is_a_script_error():
     assert "within 10 s of each of its 2 start(s): a script error, not a lost worker" in said
     assert "lost; continuing" not in said
     assert said.count("restarting all workers (1 of 1)") == 1
+
+
+def test_the_doctor_row_gives_figures_a_user_can_use():
+    from tfaccel import checks
+
+    rates = {"ceiling_input": 480.4, "ceiling_compute": 32e9, "cached_step": 12_010.0}
+    figure = checks.doctor_figure(rates)
+    assert figure == "input 480 ex/s, the step on cached data 12,010 ex/s (25.0x the input)"
+    assert "32,000,000,000" not in figure
