@@ -341,14 +341,13 @@ def _add_launch(commands) -> None:
     launch.set_defaults(handler=_launch)
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="tfaccel", description="Fast Keras training on GPUs and clusters."
-    )
-    commands = parser.add_subparsers(dest="command", metavar="COMMAND")
+def _add_devices(commands) -> None:
     devices = commands.add_parser("devices", help="report devices, versions, and why no GPU")
     devices.add_argument("--json", action="store_true", help="print JSON instead of a table")
     devices.set_defaults(handler=_devices)
+
+
+def _add_check(commands) -> None:
     check = commands.add_parser(
         "check",
         help="self-test every hardware-dependent path here (run it first on a GPU machine)",
@@ -361,7 +360,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     check.add_argument("--json", metavar="FILE", help="also write the results as JSON to FILE")
     check.set_defaults(handler=_check)
-    _add_launch(commands)
+
+
+def _add_tune_batch_size(commands) -> None:
     tune = commands.add_parser(
         "tune-batch-size",
         help="run a recipe with --tune-batch-size (probe, table, plot, train at the best batch)",
@@ -372,6 +373,9 @@ def build_parser() -> argparse.ArgumentParser:
     tune.add_argument("recipe", metavar="RECIPE.py", help="a recipe script, e.g. recipes/digits.py")
     tune.add_argument("recipe_args", nargs=argparse.REMAINDER, metavar="...")
     tune.set_defaults(handler=_tune_batch_size)
+
+
+def _add_tune(commands) -> None:
     both = commands.add_parser(
         "tune",
         help="run a recipe with --tune (the batch size, then the learning rate at it)",
@@ -383,6 +387,9 @@ def build_parser() -> argparse.ArgumentParser:
     both.add_argument("recipe", metavar="RECIPE.py", help="a recipe script, e.g. recipes/digits.py")
     both.add_argument("recipe_args", nargs=argparse.REMAINDER, metavar="...")
     both.set_defaults(handler=_tune)
+
+
+def _add_doctor(commands) -> None:
     doctor = commands.add_parser(
         "doctor",
         help="diagnose what limits a script's training (input, compute, communication, host, "
@@ -408,7 +415,24 @@ def build_parser() -> argparse.ArgumentParser:
     )
     doctor.add_argument("recipe_args", nargs=argparse.REMAINDER, metavar="...")
     doctor.set_defaults(handler=_doctor)
-    _add_data_service(commands)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The `tfaccel` parser: one small function adds each sub-command."""
+    parser = argparse.ArgumentParser(
+        prog="tfaccel", description="Fast Keras training on GPUs and clusters."
+    )
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for add in (
+        _add_devices,
+        _add_check,
+        _add_launch,
+        _add_tune_batch_size,
+        _add_tune,
+        _add_doctor,
+        _add_data_service,
+    ):
+        add(commands)
     return parser
 
 
