@@ -397,8 +397,9 @@ def _add_doctor(commands) -> None:
         description="Runs SCRIPT.py (with its arguments) until its first model.fit or "
         "Trainer.fit, and instead of training runs tfaccel.doctor.diagnose on that model and "
         "data for a bounded time, prints the verdict, the measured rates and the ranked fixes "
-        "(doctor.json and doctor.png under --out), and exits; the script is not changed. "
-        "A recipe with a --doctor option (recipes/) is run with it.",
+        "(doctor.json and doctor.png under --out), and ends the process there, whatever "
+        "the script catches; the script is not changed. A recipe whose code declares "
+        "--doctor (recipes/: common.parser(..., doctor=True)) is run with it.",
     )
     doctor.add_argument(
         "--out", metavar="DIR", help="save doctor.json and doctor.png in DIR (a recipe: its --out)"
