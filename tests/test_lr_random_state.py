@@ -41,14 +41,13 @@ def _weights(model):
     return [v.numpy() for v in model.variables]
 
 
-@pytest.mark.parametrize("trainer", [False, True])
-def test_fit_after_the_range_test_equals_fit_without_with_random_layers(trainer):
+@pytest.mark.parametrize("trainer", [False, "one_device", "mirrored"])
+def test_fit_after_the_range_test_equals_fit_without_with_random_layers(trainer, mirrored):
     def target():
         model = _model()
         if trainer:
-            return tfaccel.Trainer(
-                model, strategy=tfaccel.devices.strategy("one_device"), steps_per_loop=1
-            )
+            strategy = mirrored if trainer == "mirrored" else tfaccel.devices.strategy(trainer)
+            return tfaccel.Trainer(model, strategy=strategy, steps_per_loop=1)
         model.optimizer.build(model.trainable_variables)
         return model
 
