@@ -196,3 +196,26 @@ def test_the_doctor_row_gives_figures_a_user_can_use():
     figure = checks.doctor_figure(rates)
     assert figure == "input 480 ex/s, the step on cached data 12,010 ex/s (25.0x the input)"
     assert "32,000,000,000" not in figure
+
+
+def test_a_function_that_cannot_be_pickled_is_named():
+    import importlib
+    import threading
+
+    import numpy as np
+    import tensorflow as tf
+
+    from tfaccel.errors import ServiceError
+
+    local = importlib.import_module("tfaccel.data.service.local")
+    lock = threading.Lock()
+
+    def guarded(a):
+        with lock:
+            return a
+
+    source = tf.data.Dataset.from_tensor_slices(np.ones(4, "float32"))
+    dataset = source.map(lambda x: tf.numpy_function(guarded, [x], tf.float32))
+    said = r"cannot be sent to the workers: .*guarded: TypeError: cannot pickle '_thread.lock'"
+    with pytest.raises(ServiceError, match=said):
+        local.encode_functions(local.python_functions(dataset))

@@ -325,17 +325,20 @@ def encode_functions(functions: dict) -> str:
 
     import cloudpickle
 
-    from tfaccel.data.service.shippable import message, unshippable
+    from tfaccel.data.service.shippable import failing, message, unshippable
 
     names = unshippable(functions.values())
     if names:
         raise ServiceError(message(names))
     try:
-        return base64.b64encode(_dumps(cloudpickle, functions)).decode() + "\n"
+        payload = _dumps(cloudpickle, functions)
+        cloudpickle.loads(payload)  # the round trip a worker makes, tried here first
     except Exception as error:
+        bad = failing(functions, lambda one: cloudpickle.loads(_dumps(cloudpickle, one)))
         raise ServiceError(
-            f"the pipeline's Python functions cannot be sent to the workers: {error}"
+            f"the pipeline's Python functions cannot be sent to the workers: {bad or error}"
         ) from error
+    return base64.b64encode(payload).decode() + "\n"
 
 
 def _dumps(cloudpickle, functions: dict) -> bytes:

@@ -34,6 +34,18 @@ def unshippable(functions) -> list[str]:
     return found
 
 
+def failing(functions: dict, round_trip) -> str:
+    """The first function (by name) whose own `round_trip({token: function})` raises, and
+    why; "" when each passes alone."""
+    for token, function in functions.items():
+        try:
+            round_trip({token: function})
+        except Exception as error:  # noqa: BLE001 - any failure is the answer
+            name = _readable(getattr(function, "__qualname__", type(function).__name__))
+            return f"{name}: {type(error).__name__}: {error}"
+    return ""
+
+
 def _filled(cell) -> bool:
     try:
         cell.cell_contents  # noqa: B018 - an empty cell raises
