@@ -108,3 +108,16 @@ def test_traces_stay_within_the_budget(distributed, mirrored):
     assert job.startup.traces == {}
     assert job.runner.loops.train_loop.experimental_get_tracing_count() == 1
     assert job.runner.loops.test_loop.experimental_get_tracing_count() == 1
+
+
+def test_accumulating_loops_keep_the_budget():
+    """The AutoGraph-converted loop of `accumulate_steps` traces once, too."""
+    job = tfaccel.Trainer(
+        lambda: keras.Sequential([keras.Input((6,)), keras.layers.Dense(3, activation="softmax")]),
+        optimizer="sgd",
+        loss="sparse_categorical_crossentropy",
+        accumulate_steps=2,
+    )
+    job.fit(X, Y, epochs=2, batch_size=8, verbose=0)
+    assert job.startup.traces == {"train loop": 1, "loop logs": 1}
+    assert int(job.step.numpy()) == 10  # 10 batches an epoch, 2 a step, 2 epochs
