@@ -10,8 +10,9 @@ import pytest
 from tfaccel import launch
 from tfaccel.launcher import elastic
 
-# worker 1 is lost on the first start; worker 0 saves "ckpt-N" every 0.2 s and stops
-# on SIGTERM (as the Trainer does); grown back, both finish at once.
+# worker 1 is lost on the first start (killed by a signal: a script that exits 1 at once is
+# a script error); worker 0 saves "ckpt-N" every 0.2 s and stops on SIGTERM (as the
+# Trainer does); grown back, both finish at once.
 _FAKE_JOB = """
 import json, os, pathlib, signal, sys, time
 config = json.loads(os.environ["TF_CONFIG"])
@@ -23,7 +24,7 @@ with open(sys.argv[2], "a") as log:
     print(f"{workers} {index} {last}", file=log)
 signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
 if workers == 2 and last == 0:
-    sys.exit(1 if index == 1 else time.sleep(600))
+    os.kill(os.getpid(), signal.SIGKILL) if index == 1 else time.sleep(600)
 if workers == 2 or index:
     sys.exit(0)
 for step in range(last + 4, 400, 4):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 
@@ -229,7 +230,9 @@ def _data_service(args: argparse.Namespace) -> int:
         return 2
     except KeyboardInterrupt:
         print(f"tfaccel data-service {args.role}: interrupted (Ctrl-C); stopped", file=sys.stderr)
-        return 130
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(130)  # a server process: TensorFlow's destructors may wait on its peers
     return 0
 
 

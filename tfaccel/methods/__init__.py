@@ -26,7 +26,7 @@ Example:
 
 from tfaccel.methods.averaging import EMA, SwapAverages
 from tfaccel.methods.base import Job, Method, Plan
-from tfaccel.methods.compose import FAST, compose, for_fit, kind_of, plan_for, resolve
+from tfaccel.methods.composition import FAST, compose, for_fit, kind_of, plan_for, resolve
 from tfaccel.methods.depth import StochasticDepth
 from tfaccel.methods.freezing import LayerFreezing
 from tfaccel.methods.label_methods import CutMix, LabelSmoothing, MixUp

@@ -4,7 +4,7 @@ MixUp and CutMix are batch maps: each batch is mixed with a permutation of itsel
 the features by Keras' own `keras.layers.MixUp` / `keras.layers.CutMix`
 (`transform_images`, `transform_labels`) for images and by the same linear mix for
 other features. The random draws (each example's weight, the permutation, CutMix's
-box) are stateless, from a per-batch seed (see `tfaccel.methods.compose.transform`), so
+box) are stateless, from a per-batch seed (see `tfaccel.methods.composition.transform`), so
 the same seed mixes the same way; Keras' layers draw from a stateful generator, which
 neither a test nor a resumed run can repeat.
 

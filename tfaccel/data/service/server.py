@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import socket
 import sys
+import threading
 import time
 
 from tfaccel.data.service import sealed
@@ -20,6 +21,7 @@ NO_AUTHENTICATION = (
     "this port can read the data and run pipelines here. Run it on a trusted network only."
 )
 READY = "tfaccel data-service ready:"
+STOP_WAIT_S = 10.0  # what a stopping server may take before the process ends anyway
 """The start of the line a server prints once it listens."""
 
 
@@ -131,8 +133,10 @@ def _serve(server) -> None:
     try:
         while True:
             time.sleep(3600)
-    finally:
-        server._stop()
+    finally:  # bounded: a worker's stop can wait on its dispatcher
+        stopper = threading.Thread(target=server._stop, daemon=True)
+        stopper.start()
+        stopper.join(STOP_WAIT_S)
 
 
 _KEPT: list = []  # the registry holds weak references
