@@ -22,6 +22,10 @@ import tensorflow as tf
 
 from tfaccel.data.sources.info import source_info
 
+# These functions hold no tensor-dependent Python control flow: traced as written. AutoGraph's
+# conversion (tf.data's default) cost 0.38 s of the first `fit` on two replicas here.
+_plain = tf.autograph.experimental.do_not_convert
+
 
 def can_even_shards(source) -> bool:
     """Whether the shards of `source` can be padded to equal batch counts: a dataset of
@@ -44,10 +48,12 @@ def _fully_defined(spec) -> bool:
 def split(dataset: tf.data.Dataset, pieces: int) -> tf.data.Dataset:
     """Each batch as `pieces` contiguous batches (sizes differing by at most one)."""
 
+    @_plain
     def cut(*batch):
         element = batch if len(batch) > 1 else batch[0]
         size = tf.cast(tf.shape(tf.nest.flatten(element)[0])[0], tf.int64)
 
+        @_plain
         def piece(i):
             start, end = (i * size) // pieces, ((i + 1) * size) // pieces
             return tf.nest.map_structure(lambda t: t[start:end], element)
@@ -61,6 +67,7 @@ def split_even(dataset: tf.data.Dataset, pieces: int) -> tf.data.Dataset:
     """Each full batch (a static size divisible by `pieces`) as `pieces` contiguous
     batches of static size, as XLA (`drop_remainder=True`) needs."""
 
+    @_plain
     def cut(*batch):
         element = batch if len(batch) > 1 else batch[0]
         return tf.data.Dataset.from_tensor_slices(

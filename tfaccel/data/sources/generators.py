@@ -83,6 +83,7 @@ def from_generator(
         info = SourceInfo("generator", {"fn": name, "read": "one element at a time"})
         return attach_source(dataset, info)
 
+    @tf.autograph.experimental.do_not_convert  # no control flow: traced as written
     def one_shard(shard):
         return tf.data.Dataset.from_generator(
             fn, output_signature=output_signature, args=(shard, shards)
