@@ -14,6 +14,7 @@ optimizer change or a callback. Use them with plain Keras through `for_fit`, or 
 | `LayerFreezing(start, fraction)` | which weights train: early layers freeze late |
 | `StochasticDepth(rate)` | the forward pass in training of `tfaccel.blocks` residual blocks |
 | `ProgressiveResizing(start, stages)` | the inputs: smaller images early |
+| `ProgressiveBatch(final, stages)` | the batch: grown to the gradient noise scale (`model.fit`) |
 
 Example:
     >>> from tfaccel import methods
@@ -26,6 +27,7 @@ Example:
 
 from tfaccel.methods.averaging import EMA, SwapAverages
 from tfaccel.methods.base import Job, Method, Plan
+from tfaccel.methods.batch_growth import ProgressiveBatch
 from tfaccel.methods.composition import FAST, compose, for_fit, kind_of, plan_for, resolve
 from tfaccel.methods.depth import StochasticDepth
 from tfaccel.methods.freezing import LayerFreezing
@@ -44,6 +46,7 @@ __all__ = [
     "MixUp",
     "OneCycle",
     "Plan",
+    "ProgressiveBatch",
     "ProgressiveResizing",
     "StochasticDepth",
     "SwapAverages",

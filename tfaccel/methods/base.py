@@ -33,6 +33,9 @@ class Job:
         epochs: epochs of the job.
         steps_per_epoch: optimizer steps per epoch.
         batch_size: the global batch (None when unknown).
+        total: the job's optimizer steps when not `epochs * steps_per_epoch` (a
+            progressive batch makes fewer, larger steps).
+        batch_fixed: the job keeps one batch throughout (the Trainer's).
     """
 
     model: keras.Model
@@ -42,11 +45,13 @@ class Job:
     epochs: int
     steps_per_epoch: int
     batch_size: int | None = None
+    total: int | None = None
+    batch_fixed: bool = False
 
     @property
     def total_steps(self) -> int:
-        """Optimizer steps of the whole job: `epochs * steps_per_epoch`."""
-        return self.epochs * self.steps_per_epoch
+        """Optimizer steps of the whole job: `total`, or `epochs * steps_per_epoch`."""
+        return self.total or self.epochs * self.steps_per_epoch
 
     @property
     def feature_spec(self):
@@ -85,6 +90,8 @@ class Plan:
         self.optimizer = job.optimizer
         self.callbacks: list = []
         self.maps: list[BatchMap] = []
+        self.regroups: list = []  # dataset -> dataset, before the maps (progressive batch)
+        self.finishers: list = []  # plan -> None, once every method is applied
         self.methods: list = []
         self.dropped: list[tuple[str, str]] = []
         self.one_hot = False

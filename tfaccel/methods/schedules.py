@@ -124,21 +124,26 @@ class OneCycle(_Schedule):
     final_div)`.
 
     Args:
-        peak: the highest rate; None: 3 x the optimizer's rate x sqrt(batch / 32).
+        peak: the highest rate; None: `scale` x the optimizer's rate x sqrt(batch / 32).
         warmup: the share of the steps rising, in [0, 1) (0.3 as in Smith's paper).
         div: peak / starting rate.
         final_div: starting rate / last rate.
         steps: the schedule's length; None: the job's steps.
+        scale: the peak over the optimizer's rate when `peak` is None (3: Smith's range).
 
     Raises:
-        ValueError: a bad peak / warmup / steps / div; at `check`, steps longer than the job.
+        ValueError: a bad peak / warmup / steps / div / scale; at `check`, steps longer
+            than the job.
     """
 
     name = "one-cycle"
     scale = 3.0
 
-    def __init__(self, peak=None, warmup=0.3, div=25.0, final_div=1e4, steps=None):
+    def __init__(self, peak=None, warmup=0.3, div=25.0, final_div=1e4, steps=None, scale=3.0):
         super().__init__(peak, warmup, steps)
+        if isinstance(scale, bool) or not scale > 0:
+            raise ValueError(f"OneCycle scale must be a positive factor, got {scale!r}.")
+        self.scale = float(scale)
         if not div >= 1 or not final_div >= 1:
             raise ValueError(f"OneCycle div and final_div must be >= 1, got {div}, {final_div}.")
         self.div, self.final_div = float(div), float(final_div)

@@ -60,6 +60,7 @@ def plan(trainer, methods, optimizer, train: Feed, steps_per_epoch, epochs: int)
         epochs,
         int(steps),
         train.global_batch,
+        batch_fixed=True,
     )
     with trainer.strategy.scope():
         made = methods_lib.plan_for(methods, job)

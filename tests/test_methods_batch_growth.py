@@ -1,0 +1,164 @@
+"""ProgressiveBatch: the stages' batches, the examples kept, the rate's square-root rule,
+the schedule sized to the stages' steps, the noise scale as the final batch, and refusals."""
+
+import dataclasses
+import math
+import warnings
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import tfaccel
+from tfaccel import methods
+
+RNG = np.random.default_rng(3)
+X = RNG.normal(size=(64, 5)).astype("float32")
+Y = RNG.integers(0, 3, size=64).astype("int32")
+LOSS = "sparse_categorical_crossentropy"
+
+
+def model(seed=0):
+    keras.utils.set_random_seed(seed)
+    return keras.Sequential(
+        [keras.Input((5,)), keras.layers.Dense(4, activation="relu"), keras.layers.Dense(3)]
+    )
+
+
+def data(batch=4, seed=7):
+    return tf.data.Dataset.from_tensor_slices((X, Y)).shuffle(64, seed=seed).batch(batch)
+
+
+def test_stages_double_the_batch_and_keep_every_example_once_per_epoch():
+    method = methods.ProgressiveBatch(final=16, stages=3, until=0.5)
+    plan = methods.for_fit([method], model(), data(), epochs=8, loss=LOSS)
+    assert method.factors == (1, 2, 4)
+    sizes = []
+    for epoch in range(8):
+        method.callback.on_epoch_begin(epoch)
+        batches = list(plan.dataset)
+        sizes.append(batches[0][0].shape[0])
+        seen = np.concatenate([x.numpy() for x, _ in batches])
+        assert sorted(map(tuple, seen)) == sorted(map(tuple, X))  # the same 64 examples
+    # Stages share the first half of the 8 epochs (2 each), then the final batch.
+    assert sizes == [4, 4, 8, 8, 16, 16, 16, 16]
+    assert method.callback.seen == [1, 1, 2, 2, 4, 4, 4, 4]
+
+
+def test_regrouping_joins_consecutive_start_batches():
+    plain = tf.data.Dataset.from_tensor_slices((X, Y)).batch(4)  # unshuffled: order fixed
+    method = methods.ProgressiveBatch(final=8, stages=2, until=0.5)
+    plan = methods.for_fit([method], model(), plain, epochs=2, loss=LOSS)
+    method.callback.on_epoch_begin(1)  # the final stage: batches of 8 = two of 4
+    grouped = [x.numpy() for x, _ in plan.dataset]
+    small = [x.numpy() for x, _ in plain]
+    assert len(grouped) == 8
+    for i, batch in enumerate(grouped):
+        np.testing.assert_array_equal(batch, np.concatenate(small[2 * i : 2 * i + 2]))
+
+
+def test_the_rate_follows_the_square_root_rule_of_the_growth():
+    method = methods.ProgressiveBatch(final=16, stages=3, until=0.5)
+    plan = methods.for_fit(
+        [method], model(), data(), epochs=4, loss=LOSS, optimizer=keras.optimizers.Adam(0.01)
+    )
+    rate = plan.optimizer.learning_rate  # Keras reads the schedule at the iterations
+    schedule = plan.optimizer._learning_rate
+    assert isinstance(schedule, methods.batch_growth.ScaledByGrowth)
+    for epoch, factor in [(0, 1), (1, 2), (2, 4)]:
+        method.callback.on_epoch_begin(epoch)
+        assert math.isclose(float(schedule(0)), 0.01 * math.sqrt(factor), rel_tol=1e-6)
+    assert rate is not None
+    linear = methods.ProgressiveBatch(final=16, rate_power=1.0)
+    plan = methods.for_fit([linear], model(), data(), epochs=4, loss=LOSS, optimizer="sgd")
+    linear.callback.on_epoch_begin(3)
+    assert math.isclose(float(plan.optimizer._learning_rate(0)), 0.01 * 4, rel_tol=1e-6)
+
+
+def test_one_cycle_is_sized_to_the_steps_the_stages_make():
+    growth = methods.ProgressiveBatch(final=16, stages=3, until=0.5)
+    cycle = methods.OneCycle(peak=0.1, warmup=0.25)
+    plan = methods.for_fit([cycle, growth], model(), data(), epochs=4, loss=LOSS)
+    # 64 examples: epochs of 16, 8, 4, 4 steps (batches 4, 8, 16, 16) = 32 steps, not 64.
+    assert plan.job.total_steps == 32
+    assert [type(m) for m in plan.methods] == [methods.ProgressiveBatch, methods.OneCycle]
+    assert cycle.sizes(plan.job) == (8, 24)
+    inner = plan.optimizer._learning_rate.rate
+    assert math.isclose(float(inner(8)), 0.1, rel_tol=1e-5)  # the peak at the warmup's end
+
+
+def test_model_fit_trains_through_the_stages_and_counts_the_steps():
+    net = model()
+    method = methods.ProgressiveBatch(final=16, stages=3, until=0.5)
+    plan = methods.for_fit([method], net, data(), epochs=4, loss=LOSS, optimizer="adam")
+    net.compile(plan.optimizer, plan.loss)
+    sizes = []
+
+    class Batches(keras.callbacks.Callback):
+        def on_epoch_begin(self, epoch, logs=None):
+            sizes.append(0)
+
+        def on_train_batch_end(self, batch, logs=None):
+            sizes[-1] += 1
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        history = net.fit(plan.dataset, epochs=4, callbacks=[*plan.callbacks, Batches()], verbose=0)
+    assert len(history.history["loss"]) == 4
+    assert sizes == [16, 8, 4, 4]  # 64 examples in batches of 4, 8, 16, 16
+    assert not [w for w in caught if "ran out of data" in str(w.message)]
+    assert all(np.isfinite(history.history["loss"]))
+
+
+def test_the_final_batch_from_a_gradient_noise_scale():
+    scale = tfaccel.tuning.NoiseScale(50.0, 1.0, 50.0, 8, 64, 64, 8, 0.1)
+    method = methods.ProgressiveBatch(final=scale, stages=3)
+    methods.for_fit([method], model(), data(batch=8), epochs=4, loss=LOSS)
+    # 50 / 8 = 6.25 -> the nearest power of two, 8; the middle stage 2 ** round(1.5) = 4.
+    assert method.factors == (1, 4, 8)
+    assert "noise scale" in method.changes and "x8" in method.changes
+    assert method.growth(64) == 1  # a noise scale below the batch: no growth
+
+
+def test_the_trainer_refuses_it_and_fast_drops_it_there_with_the_reason():
+    job = methods.Job(model(), LOSS, keras.optimizers.Adam(), data().element_spec, 2, 16, 4)
+    with pytest.raises(ValueError, match="one\\s+global batch"):
+        methods.ProgressiveBatch().check(dataclasses.replace(job, batch_fixed=True))
+    images = tf.data.Dataset.from_tensor_slices(
+        (RNG.normal(size=(16, 8, 8, 1)).astype("float32"), RNG.integers(0, 3, 16))
+    ).batch(4)
+    net = keras.Sequential([keras.Input((8, 8, 1)), keras.layers.Flatten(), keras.layers.Dense(3)])
+    trainer = tfaccel.Trainer(net, optimizer="adam", loss=LOSS, methods="fast")
+    trainer.fit(images, epochs=1, verbose=0)
+    dropped = dict(trainer.methods.plan.dropped)
+    assert "global batch" in dropped["progressive batch"]
+
+
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        (dict(stages=1), "stages"),
+        (dict(until=0.0), "until"),
+        (dict(final=0), "final"),
+        (dict(final="big"), "final"),
+        (dict(rate_power=2), "rate_power"),
+    ],
+)
+def test_bad_arguments_are_refused(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        methods.ProgressiveBatch(**kwargs)
+
+
+def test_a_final_batch_below_the_start_is_refused_before_step_one():
+    optimizer = keras.optimizers.Adam()
+    with pytest.raises(ValueError, match="below the job's batch"):
+        methods.for_fit(
+            [methods.ProgressiveBatch(final=2)],
+            model(),
+            data(),
+            epochs=2,
+            loss=LOSS,
+            optimizer=optimizer,
+        )
+    assert not optimizer.built

@@ -1,0 +1,234 @@
+"""Progressive batch: small batches while the gradient is clear, larger ones as it gets noisy.
+
+Early in training the gradient noise scale (McCandlish et al. 2018) is small: a small
+batch makes as much progress per example as a large one, and more per second of a
+shared budget of examples. It grows as the loss falls, and a batch below it then wastes
+steps. `ProgressiveBatch` starts at the job's batch and doubles it in stages over the
+first `until` of the epochs, up to `final`: a batch size, or the noise scale the batch
+tuner reads (`tuning.gradient_noise_scale`, or a `find_batch_size` report's
+`noise_scale`), rounded to a power-of-two multiple of the start. On a CPU or a GPU with
+room, each larger stage also runs faster per example (fewer, larger steps).
+
+The data are regrouped, not re-read: each epoch's batches of the start size are unbatched
+and batched again at the stage's size (the same examples, in the same shuffled order).
+The stage is a function of the epoch (a resumed `model.fit` regroups alike). Schedules
+(`OneCycle`, `WarmupCosine`) are sized to the steps the stages make, and the learning
+rate (constant or scheduled) is multiplied by `growth ** rate_power` in each stage: the
+square-root rule adaptive optimizers (Adam) follow when the batch grows (`rate_power=1`
+for SGD's linear rule, 0 to leave the rate alone).
+
+The Trainer keeps one global batch through a job (its exact resume counts examples by
+it), so it refuses this method (`"fast"` drops it there, saying so); use it with
+`model.fit` through `methods.for_fit`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import warnings
+
+import keras
+import tensorflow as tf
+
+from tfaccel.methods.base import Job, Method, Plan
+
+MAX_GROWTH = 64  # the final batch is at most this many times the start
+
+
+@keras.saving.register_keras_serializable("tfaccel")
+class ScaledByGrowth(keras.optimizers.schedules.LearningRateSchedule):
+    """A learning rate (a float or a schedule) times `growth ** power`, `growth` the
+    progressive batch's current factor (a variable its callback sets; 1 when restored
+    from a config, where the batch no longer grows)."""
+
+    def __init__(self, rate, power: float = 0.5, growth: tf.Variable | None = None):
+        self.rate, self.power, self.growth = rate, float(power), growth
+
+    def __call__(self, step):
+        base = self.rate(step) if callable(self.rate) else self.rate
+        if self.growth is None:
+            return base
+        return base * tf.cast(self.growth, tf.float32) ** self.power
+
+    def get_config(self) -> dict:
+        rate = self.rate
+        if isinstance(rate, keras.optimizers.schedules.LearningRateSchedule):
+            rate = keras.optimizers.schedules.serialize(rate)
+        return {"rate": rate, "power": self.power}
+
+    @classmethod
+    def from_config(cls, config: dict):
+        rate = config["rate"]
+        if isinstance(rate, dict):
+            rate = keras.optimizers.schedules.deserialize(rate)
+        return cls(rate, config["power"])
+
+
+def _pow2_growth(target: float, start: int) -> int:
+    """The power-of-two multiple of `start` nearest `target` (1 .. MAX_GROWTH)."""
+    if not math.isfinite(target) or target <= start:
+        return 1 if target <= start else MAX_GROWTH
+    return int(min(MAX_GROWTH, 2 ** round(math.log2(target / start))))
+
+
+class SetBatchGrowth(keras.callbacks.Callback):
+    """Sets the regrouping factor at each epoch's start: `factors[stage(epoch)]`.
+
+    An epoch of larger batches has fewer steps than Keras counted in the first (the data's
+    length is unknown to it): `model.fit` ends that epoch at the data's end, as it should,
+    and would warn that the input "ran out of data"; that warning is silenced during `fit`.
+    """
+
+    def __init__(self, variable: tf.Variable, factors: tuple, epochs: int, until: float):
+        super().__init__()
+        self.variable, self.factors, self.epochs, self.until = variable, factors, epochs, until
+        self.seen: list[int] = []
+
+    def factor_at(self, epoch: int) -> int:
+        """The growth of `epoch`: the stages share the first `until` of the epochs."""
+        last = len(self.factors) - 1
+        if not last:
+            return self.factors[0]
+        stage = int(epoch / (self.until * self.epochs) * last)
+        return self.factors[min(stage, last)]
+
+    def on_train_begin(self, logs=None):
+        self._warnings = warnings.catch_warnings()
+        self._warnings.__enter__()
+        warnings.filterwarnings("ignore", message="Your input ran out of data")
+
+    def on_train_end(self, logs=None):
+        if getattr(self, "_warnings", None) is not None:
+            self._warnings.__exit__(None, None, None)
+            self._warnings = None
+
+    def on_epoch_begin(self, epoch, logs=None):
+        factor = self.factor_at(epoch)
+        self.variable.assign(factor)
+        self.seen.append(factor)
+
+
+class ProgressiveBatch(Method):
+    """Grows the batch in `stages` doublings from the job's batch to `final`.
+
+    Args:
+        final: the last batch: an int (a power-of-two multiple of the job's batch is
+            used, the nearest), an object with `b_simple` (a gradient noise scale, e.g.
+            `tuning.gradient_noise_scale(...)`), or None: 4 x the job's batch.
+        stages: the number of batch sizes (>= 2), the last `final`.
+        until: the share of the epochs after which the batch is `final`, in (0, 1].
+        rate_power: the learning rate is multiplied by growth ** rate_power (0.5: Adam's
+            square-root rule; 1: SGD's linear rule; 0: unchanged).
+
+    Raises:
+        ValueError: bad `stages` / `until` / `final`; at `check`, a job without a static
+            batch, a final batch below the start, or the Trainer (one batch per job).
+    """
+
+    name = "progressive batch"
+    stateful = "the batch is a function of the epoch"
+
+    def __init__(self, final=None, stages: int = 3, until: float = 0.5, rate_power=0.5):
+        if isinstance(stages, bool) or int(stages) != stages or stages < 2:
+            raise ValueError(f"ProgressiveBatch stages must be an integer >= 2, got {stages!r}.")
+        if not 0 < until <= 1:
+            raise ValueError(f"ProgressiveBatch until must be in (0, 1], got {until!r}.")
+        if final is not None and not hasattr(final, "b_simple"):
+            if isinstance(final, bool) or not isinstance(final, int) or final < 1:
+                raise ValueError(
+                    "ProgressiveBatch final must be a batch size (int >= 1), a gradient noise "
+                    f"scale (tuning.gradient_noise_scale(...)) or None, got {final!r}."
+                )
+        if isinstance(rate_power, bool) or not 0 <= rate_power <= 1:
+            raise ValueError(f"ProgressiveBatch rate_power must be in [0, 1], got {rate_power!r}.")
+        self.final, self.stages, self.until = final, int(stages), float(until)
+        self.rate_power = float(rate_power)
+        self.factors: tuple[int, ...] = ()
+        self.callback: SetBatchGrowth | None = None
+
+    @property
+    def changes(self) -> str:
+        """One sentence: what this method changes (the settings table shows it)."""
+        grown = f"x{self.factors[-1]}" if self.factors else "up to the final batch"
+        return (
+            f"the batch: regrouped {grown} in {self.stages} stages over the first "
+            f"{self.until:.0%} of the epochs ({self._source()})"
+        )
+
+    def _source(self) -> str:
+        if self.final is None:
+            return "default final: 4x the start"
+        if hasattr(self.final, "b_simple"):
+            return f"final from the gradient noise scale B_simple ≈ {self.final.b_simple:.0f}"
+        return f"final batch {self.final}"
+
+    def growth(self, start: int) -> int:
+        """The final batch over the start, a power of two."""
+        if self.final is None:
+            return 4
+        target = float(getattr(self.final, "b_simple", self.final))
+        return _pow2_growth(target, start)
+
+    def stage_factors(self, start: int) -> tuple[int, ...]:
+        """The growth of each stage, 1 first, the last `growth(start)` (distinct)."""
+        top = int(math.log2(self.growth(start)))
+        found = {2 ** round(top * i / (self.stages - 1)) for i in range(self.stages)}
+        return tuple(sorted(found))
+
+    def check(self, job: Job) -> None:
+        if job.batch_fixed:
+            raise ValueError(
+                "ProgressiveBatch changes the batch between epochs; the Trainer keeps one "
+                "global batch for its exact resume. Use it with model.fit through "
+                "tfaccel.methods.for_fit, or give the Trainer the final batch."
+            )
+        if not job.batch_size:
+            raise ValueError(
+                "ProgressiveBatch grows a known batch: batch the data with a fixed size "
+                "(dataset.batch(32)) or pass batch_size= to for_fit."
+            )
+        if self.final is not None and not hasattr(self.final, "b_simple"):
+            if self.final < job.batch_size:
+                raise ValueError(
+                    f"ProgressiveBatch final={self.final} is below the job's batch "
+                    f"{job.batch_size}: it only grows the batch."
+                )
+
+    def steps(self, job: Job, factors: tuple[int, ...], callback: SetBatchGrowth) -> int:
+        """The optimizer steps of the whole job with the stages' batches."""
+        examples = job.steps_per_epoch * job.batch_size
+        return sum(
+            math.ceil(examples / (job.batch_size * callback.factor_at(e)))
+            for e in range(job.epochs)
+        )
+
+    def apply(self, plan: Plan) -> None:
+        job = plan.job
+        self.factors = self.stage_factors(job.batch_size)
+        with tf.init_scope():
+            variable = tf.Variable(1, dtype=tf.int64, trainable=False, name="batch_growth")
+        self.callback = SetBatchGrowth(variable, self.factors, job.epochs, self.until)
+        plan.callbacks.append(self.callback)
+        plan.job = dataclasses.replace(job, total=self.steps(job, self.factors, self.callback))
+        size = tf.constant(job.batch_size, tf.int64)
+
+        def regroup(dataset: tf.data.Dataset) -> tf.data.Dataset:
+            def epoch(_):
+                return dataset.unbatch().batch(size * variable.read_value())
+
+            options = tf.data.Options()  # the factor is set by a callback, not checkpointed
+            policy = tf.data.experimental.ExternalStatePolicy.IGNORE
+            options.experimental_external_state_policy = policy
+            return tf.data.Dataset.from_tensors(0).flat_map(epoch).with_options(options)
+
+        plan.regroups.append(regroup)
+        if self.rate_power:
+            plan.finishers.append(lambda made: self._scale_rate(made, variable))
+
+    def _scale_rate(self, plan: Plan, variable: tf.Variable) -> None:
+        """After every method: the optimizer's rate times growth ** rate_power."""
+        rate = plan.optimizer.get_config()["learning_rate"]
+        if isinstance(rate, dict):
+            rate = keras.optimizers.schedules.deserialize(rate)
+        plan.rebuild_optimizer(learning_rate=ScaledByGrowth(rate, self.rate_power, variable))
