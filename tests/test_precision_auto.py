@@ -142,6 +142,7 @@ def test_a_fit_with_the_probe_equals_a_fit_with_the_chosen_policy_given_by_hand(
 ):
     monkeypatch.setattr(precision, "cpu_flags", lambda: frozenset({"amx_bf16"}))
     monkeypatch.setattr(precision, "decide", forced(winner))
+    monkeypatch.setattr(precision_step, "too_short", lambda *args: None)  # 16 steps: timed
     seed(3)
     auto = trainer(precision="auto")
     auto_history = auto.fit(data(), epochs=2, verbose=0).history
@@ -207,3 +208,45 @@ def test_bad_policies_keep_their_clear_messages(monkeypatch):
     monkeypatch.setattr(precision, "_warned_slow", False)
     with pytest.warns(UserWarning, match="much slower"):
         precision.resolve("mixed_float16", gpus=[])
+
+
+def fake_op_rates(monkeypatch, bf16_gain):
+    rates = {"float32": 1e9, "mixed_bfloat16": bf16_gain * 1e9}
+    choice = precision.Choice("float32", "fake", rates, "FLOP/s")
+    monkeypatch.setattr(precision, "choose", lambda *args, **kwargs: choice)
+
+
+@pytest.mark.parametrize(("gain", "steps", "timed"), [(1.1, 16, False), (1.1, 1000, True)])
+def test_the_probe_runs_only_on_a_job_long_enough_to_pay_it_back(monkeypatch, gain, steps, timed):
+    """A 1.1x gain saves 9 % of a step: the 10 probe steps pay back from 110 steps up."""
+    fake_op_rates(monkeypatch, gain)
+    monkeypatch.setattr(precision, "candidates", lambda: (["float32", "mixed_bfloat16"], "x"))
+    calls = []
+
+    def no_probe(*args, **kwargs):
+        calls.append(kwargs.get("epoch_steps"))
+        return {
+            "rates": {"float32": 1.0, "mixed_bfloat16": 1.0},
+            "rounds": 3,
+            "steps": 1,
+            "seconds": 0.0,
+        }
+
+    monkeypatch.setattr(precision_step, "time_policies", no_probe)
+    choice = precision_step.choose(build(), None, None, None, job_steps=steps)
+    assert bool(calls) is timed
+    if not timed:
+        assert choice.policy == "float32" and "too short" in choice.reason
+        assert "from 110 steps up" in choice.reason
+    assert precision_step.too_short(["float32", "mixed_bfloat16"], None) is None
+
+
+def test_a_short_fit_keeps_its_policy_without_timing_the_model(monkeypatch):
+    fake_op_rates(monkeypatch, 1.1)
+    monkeypatch.setattr(precision, "cpu_flags", lambda: frozenset({"amx_bf16"}))
+    timed = []
+    monkeypatch.setattr(precision_step, "time_policies", lambda *a, **k: timed.append(1))
+    t = trainer(precision="auto")
+    t.fit(data(), epochs=2, verbose=0)  # 16 steps
+    assert not timed and t.model.dtype_policy.name == "float32"
+    assert "too short" in t.settings["dtype_policy"]

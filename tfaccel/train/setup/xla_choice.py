@@ -111,7 +111,7 @@ def choose_autos(trainer, feed, steps_per_epoch, epochs: int) -> tuple:
     steps = job_steps(feed, steps_per_epoch, epochs)
     why = not_measured(model, steps, len(policies)) if xla_open else None
     if not xla_open or why:
-        chosen = precision_step.choose_for_feed(*args) if precision_open else None
+        chosen = precision_step.choose_for_feed(*args, steps) if precision_open else None
         return chosen, (XlaChoice(False, f"not measured: {why}") if xla_open else None)
     return choose_for_feed(*args, policies=policies, steps=steps, precision_open=precision_open)
 

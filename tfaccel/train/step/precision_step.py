@@ -12,12 +12,23 @@ after a warm-up, in alternating rounds; `precision.decide` keeps float32 unless 
 policy is 5 % faster. Nothing of the user's run moves: the copies are thrown away, the
 data is read through its own iterator, and Python's, NumPy's and TensorFlow's global
 random states are put back.
+
+The probe pays only when the job is long enough to earn it back: it runs at least
+`probe_steps(n)` steps of the model's passes (a warm-up of two calls and `ROUNDS` timed
+calls per candidate), while the most a candidate can save is `1 - 1/gain` of every
+training step, the gain bounded by the operations' rates that `precision.choose`
+measured once per process (matmuls and a convolution; a whole step gains less). A job
+of fewer steps than `probe_steps(n) / (1 - 1/gain)` keeps the model's policy, with the
+reason, before anything of the model is timed (the mixed-precision guide's dense model,
+scaled to this CPU: a 14.9 s probe for a 12-step job of 14.5 s, bfloat16's operations
+1.09x float32's).
 """
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
+import math
 import random
 import re
 import time
@@ -35,6 +46,36 @@ from tfaccel.train.step.runner import build_symbolically
 SHARE = 0.05  # the timed rounds' cost: at most this share of one epoch
 ROUNDS = 3
 FLOOR_S = 1.0  # ... but never less than this (a short epoch still gets a reading)
+
+
+def probe_steps(candidates: int) -> int:
+    """The fewest steps of the passes the probe runs: warm-up (2) and timed rounds."""
+    return candidates * (2 + ROUNDS)
+
+
+def too_short(policies: list[str], job_steps: int | None) -> str | None:
+    """Why timing `policies` on a job of `job_steps` steps cannot pay (None: it may).
+
+    Unknown length, or operations' rates not measured (hypothetical hardware): None.
+    """
+    if job_steps is None or len(policies) < 2:
+        return None
+    rates = precision.choose().rates  # the operations' FLOP/s, once per process
+    if "float32" not in rates or rates["float32"] <= 0:
+        return None
+    gain = max(rates.get(p, 0.0) for p in policies if p != "float32") / rates["float32"]
+    least = probe_steps(len(policies))
+    if gain > 1 and job_steps * (1 - 1 / gain) >= least:
+        return None
+    best = f"the candidates' operations at most {gain:.2f}x float32's"
+    if gain <= 1:
+        return f"{best}: no step can gain what the probe's {least} steps cost"
+    needed = math.ceil(least / (1 - 1 / gain))
+    return (
+        f"a job of {job_steps} steps is too short: {best} save at most "
+        f"{1 - 1 / gain:.0%} of each step, less than the probe's {least} steps; from "
+        f"{needed:,} steps up it is measured"
+    )
 
 
 def under(model: keras.Model, policy: str, builder=None) -> keras.Model:
@@ -191,11 +232,17 @@ def _unsupported(error: Exception) -> str:
     return re.sub(r" \(defined @ [^)]*\)", "", line)[:200]
 
 
-def choose(model, loss, strategy, feed, *, builder=None, epoch_steps=None) -> precision.Choice:
-    """The policy for this model's step on this machine ("auto"), with what was measured."""
+def choose(
+    model, loss, strategy, feed, *, builder=None, epoch_steps=None, job_steps=None
+) -> precision.Choice:
+    """The policy for this model's step on this machine ("auto"), with what was measured;
+    the model's own policy, not measured, when a job of `job_steps` is `too_short`."""
     policies, why = precision.candidates()
     if len(policies) == 1:
         return precision.Choice("float32", why)
+    short = too_short(policies, job_steps)
+    if short:
+        return precision.Choice(model.dtype_policy.name, f"kept: not measured ({short})")
     measured = time_policies(
         model, loss, strategy, feed, policies, builder=builder, epoch_steps=epoch_steps
     )
@@ -207,7 +254,9 @@ def choose(model, loss, strategy, feed, *, builder=None, epoch_steps=None) -> pr
     return dataclasses.replace(choice, cost_s=measured["seconds"])
 
 
-def choose_for_feed(model, loss, strategy, feed, builder, steps_per_epoch) -> precision.Choice:
+def choose_for_feed(
+    model, loss, strategy, feed, builder, steps_per_epoch, job_steps=None
+) -> precision.Choice:
     """`choose` for a Trainer's first fit on `feed`; "auto" never stops training, so a
     probe that cannot measure keeps the model's policy and says why.
 
@@ -226,6 +275,7 @@ def choose_for_feed(model, loss, strategy, feed, builder, steps_per_epoch) -> pr
             feed.rebuilt() if feed.is_function else feed,
             builder=builder,
             epoch_steps=epoch_steps,
+            job_steps=job_steps,
         )
     except ValueError as error:
         return precision.Choice(model.dtype_policy.name, f"kept: not measured ({error})")
