@@ -11,7 +11,7 @@ import pytest
 
 from tfaccel import tuning
 from tfaccel.tuning import joint
-from tfaccel.tuning.batch import budget
+from tfaccel.tuning.batch import budget, early
 from tfaccel.tuning.batch.report import BatchSizeReport, ProbeRow
 from tfaccel.tuning.lr import finder
 
@@ -77,7 +77,8 @@ def build():
     )
 
 
-def test_find_batch_size_stops_at_its_first_reading_and_reports_the_threshold():
+def test_find_batch_size_stops_at_its_first_reading_and_reports_the_threshold(monkeypatch):
+    monkeypatch.setattr(early, "project", lambda *args: None)  # the forward pass lets it run
     report = tuning.find_batch_size(
         build,
         (X, Y),
@@ -181,3 +182,101 @@ def test_the_range_test_declines_a_job_too_short_for_it_and_says_from_what_size(
         "declined after 3 steps (0.62 s, 2.0% of the job's 31 s): the ramp of 50 steps "
         "projects 3.6 s, past 10% of the job; from 9,120 examples up it runs"
     )
+
+
+def test_the_forward_reading_projects_the_least_search_and_its_threshold():
+    reading = early.ForwardReading(8, trace_s=0.1, forward_s=0.001)
+    assert reading.fixed_s == pytest.approx(1.4)  # 0.3 s + 11 x the forward trace
+    assert reading.examples_per_second == pytest.approx(8 / 0.003)  # a step: 3 forwards
+    # three traces (4.2 s), 3 steps at 8 and at 16 (27 ms), the noise scale's 16 x (8 x 8
+    # + 64) examples (0.768 s): 4.995 s; with 0.5 s spent, 7.5 % of 195,378 examples
+    least = early.least_search_s(reading, steps=2, examples=512, noise=True)
+    assert least == pytest.approx(4.995)
+    why = early.project(reading, 0.5, 195_000, 2, 512, True)
+    assert why == (
+        "declined at the first reading (the forward pass, before any training step), after "
+        "0.5 s (0.7% of the job's 73.1 s, projected): a search (batches 8 and 16, the noise "
+        "scale; traces of about 1.4 s each) would take 5 s more, past 7.5% of the job; from "
+        "195,378 examples up, a search fits"
+    )
+    assert early.project(reading, 0.5, 195_378, 2, 512, True) is None
+    assert early.project(reading, 0.5, None, 2, 512, True) is None  # budget_s alone: it runs
+
+
+def fake_reading(monkeypatch, trace_s=0.1, forward_s=0.001):
+    calls = []
+
+    def read(model, x, batch, clock=None, training=True):
+        calls.append((batch, training))
+        return early.ForwardReading(batch, trace_s, forward_s)
+
+    monkeypatch.setattr(early, "read_forward", read)
+    return calls
+
+
+def test_find_batch_size_declines_at_the_forward_pass_before_any_training_step(monkeypatch):
+    calls = fake_reading(monkeypatch)
+    fits = []
+    monkeypatch.setattr(keras.Model, "fit", lambda *args, **kwargs: fits.append(1))
+    report = tuning.find_batch_size(build, (X, Y), loss=SCE, start=8, steps=2, job_examples=50_000)
+    assert calls == [(8, True)] and not fits  # no training step ran
+    assert [(r.batch_size, r.reason) for r in report.rows] == [(8, "estimated"), (16, "time")]
+    assert report.rows[0].fits_text() == "untried" and report.best_batch_size == 8
+    assert report.capped_by == "time"
+    assert report.declined.startswith("declined at the first reading (the forward pass")
+    assert re.search(r"from [\d,]+ examples up, a search fits$", report.declined)
+    kept = tuning.recommend(report, batch_size=8, learning_rate=0.01, optimizer="sgd")
+    assert kept.kept and report.declined in kept.reason
+    assert "noise scale" not in report.noise_scale_note or "not measured" in report.noise_scale_note
+
+
+def test_a_forward_pass_that_cannot_be_read_leaves_the_probe_to_decide(monkeypatch):
+    def unreadable(*args, **kwargs):
+        raise TypeError("a model that needs two inputs")
+
+    monkeypatch.setattr(early, "read_forward", unreadable)
+    report = tuning.find_batch_size(
+        build, (X, Y), loss=SCE, start=8, steps=2, job_examples=500, clock=StepClock()
+    )
+    assert report.rows[0].reason == "ok" and report.declined.startswith(
+        "declined at the first reading, after"
+    )
+
+
+def test_tune_declines_at_the_forward_pass_without_a_range_test(monkeypatch):
+    fake_reading(monkeypatch)
+    monkeypatch.setattr(joint, "find_learning_rate", lambda *a, **k: pytest.fail("it ran"))
+    tuned = tuning.tune(
+        build, (X, Y), loss=SCE, batch_size=16, learning_rate=1e-3, epochs=10, verbose=0
+    )
+    assert tuned.batch_size == 16 and tuned.learning_rate == 1e-3 and tuned.rate_report is None
+    assert "declined at the first reading (the forward pass" in tuned.note
+
+
+def test_the_range_test_declines_at_its_forward_reading(monkeypatch):
+    calls = fake_reading(monkeypatch, trace_s=0.3, forward_s=0.01)  # a step: 30 ms at 16
+    model = build()
+    model.compile(optimizer="adam", loss=SCE)
+    before = [w.copy() for w in model.get_weights()]
+    # a 3.6 s trace (0.3 s + 11 x 0.3 s) and 100 steps of 30 ms: 6.6 s, past 10 % of 2,000
+    # steps (6 s); 10 % of 2,200 steps is 6.6 s: 35,200 examples
+    report = tuning.find_learning_rate(
+        model, X, Y, batch_size=16, num_steps=100, job_examples=32_000
+    )
+    assert calls == [(16, False)]  # inference mode: the model's state is left alone
+    assert report.stopped == "declined" and report.steps == 0 and report.suggestion is None
+    assert re.fullmatch(
+        r"declined at its forward reading, before any step, after [\d.e-]+ s \([\d.]+% of the "
+        r"job's 60 s, projected\): the ramp of 100 steps projects 6\.6 s \(a trace of about "
+        r"3\.6 s and steps of 0\.03 s, from the forward pass\), past 10% of the job; from "
+        r"[\d,]+ examples up it runs",
+        report.reason,
+    )
+    threshold = int(re.search(r"from ([\d,]+) examples", report.reason)[1].replace(",", ""))
+    assert 35_200 <= threshold < 35_200 + 16 * 10
+    assert all(np.array_equal(a, b) for a, b in zip(before, model.get_weights(), strict=True))
+    assert int(model.optimizer.iterations) == 0
+    budgeted = tuning.find_learning_rate(
+        model, X, Y, batch_size=16, num_steps=100, job_examples=10**7, budget_s=2.0
+    )
+    assert budgeted.stopped == "declined" and "past budget_s=2" in budgeted.reason

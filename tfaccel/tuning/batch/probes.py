@@ -15,7 +15,7 @@ import tensorflow as tf
 
 from tfaccel.callbacks._steps import wait_for
 from tfaccel.errors import NoBatchSizeFitsError
-from tfaccel.tuning.batch import budget, inputs, noise_probe
+from tfaccel.tuning.batch import budget, early, inputs, noise_probe
 from tfaccel.tuning.batch.memory import MemoryMeter, predict_mb
 from tfaccel.tuning.batch.report import ProbeRow, knee_batch_size
 from tfaccel.tuning.oom import (
@@ -128,6 +128,36 @@ class Search:
         self.declined = budget.declined(self.time_limit, self.rows, batch, self.steps, reserve)
         logger.info("find_batch_size: %s", self.declined)
 
+    def read_early(self, batch: int) -> bool:
+        """The first candidate's forward pass (`early`): True when the search declines there.
+
+        Only with the job's size, on one replica; the model built stays the probe's. A
+        model whose forward pass cannot be traced alone is left to the probe.
+        """
+        limit = self.time_limit
+        if limit.job_examples is None or self.strategy.num_replicas_in_sync != 1:
+            return False
+        began = time.perf_counter()
+        try:
+            self.last_model = self._build()
+            x = next(iter(self.data.take(batch).batch(batch)))[0]
+            reading = early.read_forward(self.last_model, x, batch)
+        except Exception as error:  # noqa: BLE001 - optional: the probe's own reading decides
+            logger.info("find_batch_size: no forward reading (%s)", error)
+            self.last_model = None
+            return False
+        spent, noise = limit.elapsed(), self.noise_asked
+        why = early.project(reading, spent, limit.job_examples, self.steps, self.examples, noise)
+        if why is None:
+            return False
+        seconds = time.perf_counter() - began
+        rate = reading.examples_per_second
+        self.rows.append(ProbeRow(batch, True, rate, None, "estimated", seconds=seconds))
+        self.rows.append(ProbeRow(2 * batch, False, None, None, "time"))
+        self.declined = why
+        logger.info("find_batch_size: %s", why)
+        return True
+
     def _fitted(self) -> list[tuple[int, float]]:
         return [(r.batch_size, r.peak_memory_mb) for r in self.rows if r.fits]
 
@@ -213,7 +243,8 @@ class Search:
         failure = None
         try:
             if self.last_model is None:  # the first candidate, or the one after a failure
-                release_memory()
+                if self.rows or self.meter.on_gpu:  # on a CPU nothing of the search to free yet
+                    release_memory()
                 self.last_model = self._build()
             self.meter.start()
             rate = self.time_steps(batch_size)
@@ -276,6 +307,8 @@ def explore(search: Search, start, limit, mode, step: int, replicas: int) -> int
             search.rows.append(ProbeRow(batch, False, None, None, "steps per epoch"))
             capped = search.steps_cap
             break
+        if largest is None and not search.rows and search.read_early(batch):
+            return batch  # declined at the forward pass: no training step ran
         row = search.probe(batch)
         if not row.fits:
             failed = batch

@@ -8,8 +8,9 @@ import os
 
 from tfaccel.tuning.batch.noise import error_text, upper_limit
 
-REASONS = ("ok", "oom", "budget", "limit", "data", "steps per epoch", "time")
-UNTRIED = ("limit", "data", "steps per epoch", "time")  # reasons of candidates never run
+REASONS = ("ok", "oom", "budget", "limit", "data", "steps per epoch", "time", "estimated")
+# reasons of candidates never run (an "estimated" row counts as fitting, for the report)
+UNTRIED = ("limit", "data", "steps per epoch", "time", "estimated")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -27,7 +28,9 @@ class ProbeRow:
             exceeds the budget); "limit" (above `limit`, not tried); "data" (more than the
             data's examples, not tried); "steps per epoch" (it would leave fewer than
             `min_steps_per_epoch` steps an epoch, not tried); "time" (the search's time
-            budget was spent before it, not tried).
+            budget was spent before it, not tried); "estimated" (the first candidate, not
+            run: the search declined at its forward pass, `early.project`; its examples/s
+            is projected from that pass and it counts as fitting: the batch is kept).
         predicted_memory_mb: the memory predicted before running it, when there was a prediction.
         error: the out-of-memory message, shortened ("" otherwise).
         seconds: the candidate's wall time, its model's build and compile included when it

@@ -381,6 +381,10 @@ def find_learning_rate(
         num_steps, needed, job_steps = lr_sizing.ramp_steps(job_examples, batch, num_steps)
         if num_steps < needed:
             return lr_sizing.not_run(num_steps, needed, job_steps, job_examples, batch)
+        if trainer is None:
+            early = lr_decline.forward(model, data, y, batch, num_steps, job_steps, budget_s)
+            if early is not None:
+                return early
     _build_optimizer(model, trainer)
     batches = _batches(data, y, batch_size)
     if batches is not None and batches < num_steps:
