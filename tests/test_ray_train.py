@@ -16,18 +16,30 @@ import ray_train  # noqa: E402
 ROOT = pathlib.Path(__file__).parents[1]
 
 
+# Ray Train's controller polls its workers every 2 s (start, end, a dead worker): a quarter
+# second here. Its preemption watcher (a node being drained) is one more actor process to
+# start per run, and this test preempts nothing.
+QUICK_RAY = {
+    "RAY_TRAIN_HEALTH_CHECK_INTERVAL_S": "0.25",
+    "RAY_TRAIN_ENABLE_PREEMPTION_WATCHER": "0",
+}
+
+
 @pytest.fixture(scope="module")
 def local_ray():
     """A local Ray cluster whose workers import this tree's tfaccel."""
-    saved = os.environ.get("PYTHONPATH")
-    os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), saved) if p)
+    saved = {k: os.environ.get(k) for k in ("PYTHONPATH", *QUICK_RAY)}
+    path = saved["PYTHONPATH"]
+    os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), path) if p)
+    os.environ.update(QUICK_RAY)
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
     yield
     ray.shutdown()
-    if saved is None:
-        os.environ.pop("PYTHONPATH")
-    else:
-        os.environ["PYTHONPATH"] = saved
+    for key, value in saved.items():
+        if value is None:
+            os.environ.pop(key)
+        else:
+            os.environ[key] = value
 
 
 def weights(out, rank, kind="weights"):
