@@ -212,7 +212,7 @@ def test_bad_policies_keep_their_clear_messages(monkeypatch):
 
 def fake_op_rates(monkeypatch, bf16_gain):
     rates = {"float32": 1e9, "mixed_bfloat16": bf16_gain * 1e9}
-    choice = precision.Choice("float32", "fake", rates, "FLOP/s")
+    choice = precision.decide(rates, "FLOP/s", "fake operations")
     monkeypatch.setattr(precision, "choose", lambda *args, **kwargs: choice)
 
 
@@ -250,3 +250,14 @@ def test_a_short_fit_keeps_its_policy_without_timing_the_model(monkeypatch):
     t.fit(data(), epochs=2, verbose=0)  # 16 steps
     assert not timed and t.model.dtype_policy.name == "float32"
     assert "too short" in t.settings["dtype_policy"]
+
+
+def test_a_short_fit_takes_the_operations_pick_when_it_is_far_faster(monkeypatch):
+    fake_op_rates(monkeypatch, 2.5)
+    monkeypatch.setattr(precision, "cpu_flags", lambda: frozenset({"amx_bf16"}))
+    timed = []
+    monkeypatch.setattr(precision_step, "time_policies", lambda *a, **k: timed.append(1))
+    t = trainer(precision="auto")
+    t.fit(data(), epochs=1, verbose=0)  # 8 steps: the probe's 10 cannot pay back
+    assert not timed and t.model.dtype_policy.name == "mixed_bfloat16"
+    assert "by the operations' rates, 2.50x" in t.settings["dtype_policy"]

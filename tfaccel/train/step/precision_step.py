@@ -18,10 +18,11 @@ The probe pays only when the job is long enough to earn it back: it runs at leas
 calls per candidate), while the most a candidate can save is `1 - 1/gain` of every
 training step, the gain bounded by the operations' rates that `precision.choose`
 measured once per process (matmuls and a convolution; a whole step gains less). A job
-of fewer steps than `probe_steps(n) / (1 - 1/gain)` keeps the model's policy, with the
-reason, before anything of the model is timed (the mixed-precision guide's dense model,
-scaled to this CPU: a 14.9 s probe for a 12-step job of 14.5 s, bfloat16's operations
-1.09x float32's).
+of fewer steps than `probe_steps(n) / (1 - 1/gain)` times nothing of the model: it
+takes the operations' pick when that is `RULE_GAIN` (1.5x) float32's or more, else
+keeps the model's policy, with the reason (the mixed-precision guide's dense model,
+scaled to this CPU: a 14.9 s probe for a 12-step job; bfloat16's operations 2.36x
+float32's, its training steps about 2x).
 """
 
 from __future__ import annotations
@@ -46,11 +47,28 @@ from tfaccel.train.step.runner import build_symbolically
 SHARE = 0.05  # the timed rounds' cost: at most this share of one epoch
 ROUNDS = 3
 FLOOR_S = 1.0  # ... but never less than this (a short epoch still gets a reading)
+RULE_GAIN = 1.5  # a job too short to time: the operations' pick when this much faster
 
 
 def probe_steps(candidates: int) -> int:
     """The fewest steps of the passes the probe runs: warm-up (2) and timed rounds."""
     return candidates * (2 + ROUNDS)
+
+
+def by_operations(kept: str, short: str) -> precision.Choice:
+    """A job too short to time the model: the operations' pick when it is `RULE_GAIN` times
+    float32's or more (a whole step gains less than its matmuls), else `kept`."""
+    ops = precision.choose()
+    gain = ops.rates.get(ops.policy, 0.0) / ops.rates.get("float32", float("inf"))
+    if ops.policy != "float32" and gain >= RULE_GAIN:
+        return precision.Choice(
+            ops.policy,
+            f"by the operations' rates, {gain:.2f}x float32's (>= {RULE_GAIN}x), not timed "
+            f"on the model: {short}",
+            dict(ops.rates),
+            ops.unit,
+        )
+    return precision.Choice(kept, f"kept: not measured ({short})")
 
 
 def too_short(policies: list[str], job_steps: int | None) -> str | None:
@@ -242,7 +260,7 @@ def choose(
         return precision.Choice("float32", why)
     short = too_short(policies, job_steps)
     if short:
-        return precision.Choice(model.dtype_policy.name, f"kept: not measured ({short})")
+        return by_operations(model.dtype_policy.name, short)
     measured = time_policies(
         model, loss, strategy, feed, policies, builder=builder, epoch_steps=epoch_steps
     )
