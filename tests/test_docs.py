@@ -1,6 +1,7 @@
 """The documentation site: it builds with --strict, every public name has a docstring, and
-every code block on its pages runs (one subprocess per page, blocks in order) or carries a
-visible marker saying why it cannot run here.
+every code block on its pages runs (one subprocess per page, blocks in order: run by
+tests/test_docs_data_pages.py and tests/test_docs_training_pages.py) or carries a visible
+marker saying why it cannot run here.
 
 The marker is an admonition title on the line before the block, rendered on the page:
 
@@ -16,8 +17,6 @@ import pathlib
 import re
 import subprocess
 import sys
-
-import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"
@@ -125,11 +124,14 @@ EXPECTED = {
 }
 
 
-@pytest.mark.parametrize("page", RUNNABLE)
-def test_page_python_blocks_run_in_order(page, tmp_path):
+def run_page(page: str, folder: pathlib.Path) -> None:
+    """Runs the page's Python blocks in order in one subprocess; checks what it prints.
+
+    tests/test_docs_data_pages.py and tests/test_docs_training_pages.py run the pages, in
+    two files so that pytest-xdist's `--dist loadfile` hands them to two processes."""
     result = subprocess.run(
         [sys.executable, "-c", page_script(DOCS / page)],
-        cwd=tmp_path,  # pages write their files (runs/, images/) here
+        cwd=folder,  # pages write their files (runs/, images/) here
         capture_output=True,
         text=True,
         timeout=600,
@@ -139,7 +141,12 @@ def test_page_python_blocks_run_in_order(page, tmp_path):
 
 
 def test_the_runnable_pages_are_the_expected_ones():
+    import test_docs_data_pages
+    import test_docs_training_pages
+
     assert set(RUNNABLE) == set(EXPECTED)
+    run = [*test_docs_data_pages.PAGES, *test_docs_training_pages.PAGES]
+    assert sorted(run) == sorted(RUNNABLE), "each runnable page is run by one of the two files"
 
 
 def public_modules() -> list[str]:

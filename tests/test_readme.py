@@ -1,6 +1,6 @@
 """The README's Quickstart runs as pasted, and the README stays a first read (<= 12 KB).
 
-The other pages' code blocks are run by tests/test_docs.py."""
+The other pages' code blocks are run by tests/test_docs.run_page (tests/test_docs_*_pages.py)."""
 
 import pathlib
 import re

@@ -1,0 +1,17 @@
+"""The how-to pages on data and sizing run: every Python block of each page in order, in
+one subprocess, printing what tests/test_docs.py's EXPECTED says (`test_docs.run_page`)."""
+
+import pytest
+from test_docs import run_page
+
+PAGES = [
+    "how-to/batch-size.md",
+    "how-to/data-service.md",
+    "how-to/input-pipelines.md",
+    "how-to/learning-rate.md",
+]
+
+
+@pytest.mark.parametrize("page", PAGES)
+def test_page_python_blocks_run_in_order(page, tmp_path):
+    run_page(page, tmp_path)
