@@ -176,11 +176,11 @@ def test_the_range_test_declines_a_job_too_short_for_it_and_says_from_what_size(
         clock.now = now
         ramp.on_train_batch_begin(step)
         ramp.on_train_batch_end(step, {"loss": 1.0})
-    # 0.625 s + 47 steps of 62.5 ms = 3.5625 s, past 10 % of 500 steps of 62.5 ms (3.125 s);
-    # it fits 10 % of 570 steps: 9,120 examples at batch 16
+    # 0.625 s + 47 steps of 62.5 ms = 3.5625 s, past 5 % of 500 steps of 62.5 ms (1.5625 s);
+    # it fits 5 % of 1,140 steps: 18,240 examples at batch 16
     assert ramp.stopped == "declined" and ramp.declined == (
         "declined after 3 steps (0.62 s, 2.0% of the job's 31 s): the ramp of 50 steps "
-        "projects 3.6 s, past 10% of the job; from 9,120 examples up it runs"
+        "projects 3.6 s, past 5% of the job; from 18,240 examples up it runs"
     )
 
 
@@ -188,19 +188,28 @@ def test_the_forward_reading_projects_the_least_search_and_its_threshold():
     reading = early.ForwardReading(8, trace_s=0.1, forward_s=0.001)
     assert reading.fixed_s == pytest.approx(1.4)  # 0.3 s + 11 x the forward trace
     assert reading.examples_per_second == pytest.approx(8 / 0.003)  # a step: 3 forwards
-    # three traces (4.2 s), 3 steps at 8 and at 16 (27 ms), the noise scale's 16 x (8 x 8
-    # + 64) examples (0.768 s): 4.995 s; with 0.5 s spent, 7.5 % of 195,378 examples
+    # three traces (4.2 s), 3 steps at 8 and at 16, each timed twice (54 ms), the noise
+    # scale's 16 x (8 x 8 + 64) examples (0.768 s)
     least = early.least_search_s(reading, steps=2, examples=512, noise=True)
-    assert least == pytest.approx(4.995)
-    why = early.project(reading, 0.5, 195_000, 2, 512, True)
+    assert least == pytest.approx(5.022)
+    # with a warm-up of one pass (512 examples: 0.192 s) and 0.5 s spent: 5.714 s, 7.5 %
+    # of a job of 76.19 s: 203,165 examples
+    why = early.project(reading, 0.5, 195_000, 2, 512, warmup=512)
     assert why == (
         "declined at the first reading (the forward pass, before any training step), after "
         "0.5 s (0.7% of the job's 73.1 s, projected): a search (batches 8 and 16, the noise "
-        "scale; traces of about 1.4 s each) would take 5 s more, past 7.5% of the job; from "
-        "195,378 examples up, a search fits"
+        "scale and its warm-up; traces of about 1.4 s each) would take 5.2 s more, past 7.5% "
+        "of the job; from 203,165 examples up, a search fits"
     )
-    assert early.project(reading, 0.5, 195_378, 2, 512, True) is None
-    assert early.project(reading, 0.5, None, 2, 512, True) is None  # budget_s alone: it runs
+    assert early.project(reading, 0.5, 203_165, 2, 512, warmup=512) is None
+    assert early.project(reading, 0.5, None, 2, 512, warmup=512) is None  # budget_s alone
+    # a warm-up past its half of the limit shrinks to it: 5.522 s / (0.5 x 7.5 %) = 147.25 s
+    assert early.project(reading, 0.5, 392_675, 2, 512, warmup=50_000).endswith(
+        "from 392,676 examples up, a search fits"
+    )
+    assert early.project(reading, 0.5, 392_676, 2, 512, warmup=50_000) is None
+    # without the noise scale or the second timing: two traces and 3 steps at 8 and 16
+    assert early.least_search_s(reading, 2, 512, noise=False, confirm=False) == pytest.approx(2.827)
 
 
 def fake_reading(monkeypatch, trace_s=0.1, forward_s=0.001):
@@ -258,8 +267,8 @@ def test_the_range_test_declines_at_its_forward_reading(monkeypatch):
     model = build()
     model.compile(optimizer="adam", loss=SCE)
     before = [w.copy() for w in model.get_weights()]
-    # a 3.6 s trace (0.3 s + 11 x 0.3 s) and 100 steps of 30 ms: 6.6 s, past 10 % of 2,000
-    # steps (6 s); 10 % of 2,200 steps is 6.6 s: 35,200 examples
+    # a 3.6 s trace (0.3 s + 11 x 0.3 s) and 100 steps of 30 ms: 6.6 s, past 5 % of 2,000
+    # steps (3 s); 5 % of 4,400 steps is 6.6 s: 70,400 examples
     report = tuning.find_learning_rate(
         model, X, Y, batch_size=16, num_steps=100, job_examples=32_000
     )
@@ -268,12 +277,12 @@ def test_the_range_test_declines_at_its_forward_reading(monkeypatch):
     assert re.fullmatch(
         r"declined at its forward reading, before any step, after [\d.e-]+ s \([\d.]+% of the "
         r"job's 60 s, projected\): the ramp of 100 steps projects 6\.6 s \(a trace of about "
-        r"3\.6 s and steps of 0\.03 s, from the forward pass\), past 10% of the job; from "
+        r"3\.6 s and steps of 0\.03 s, from the forward pass\), past 5% of the job; from "
         r"[\d,]+ examples up it runs",
         report.reason,
     )
     threshold = int(re.search(r"from ([\d,]+) examples", report.reason)[1].replace(",", ""))
-    assert 35_200 <= threshold < 35_200 + 16 * 10
+    assert 70_400 <= threshold < 70_400 + 16 * 10
     assert all(np.array_equal(a, b) for a, b in zip(before, model.get_weights(), strict=True))
     assert int(model.optimizer.iterations) == 0
     budgeted = tuning.find_learning_rate(

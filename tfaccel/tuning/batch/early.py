@@ -12,8 +12,10 @@ thirtieth of the train step's, traced in tens of milliseconds — and projects f
   `FIXED_PER_FORWARD_TRACE` × the forward pass's trace (within ±40 % of the measured
   fixed cost on those models, 0.3–5.6 s);
 - a search that can change the batch runs at least two candidates (`start` and
-  2 × `start`: two traces, the second shape retraces) and the noise scale's estimate (a
-  third), each candidate `steps` + 1 steps.
+  2 × `start`: two traces, the second shape retraces; each `steps` + 1 steps, and as many
+  again when `confirm` times them twice), the noise scale's estimate (a third trace) and
+  its warm-up (by default one pass over the data, at most 50,000 examples; at most
+  `budget.NOISE_SHARE` of the limit).
 
 When that least search, on top of what was spent, passes `budget.PROBE_AIM` of the job
 (its examples at the projected examples/s), the job is too small to pay: the search
@@ -33,7 +35,7 @@ from collections.abc import Callable
 
 import tensorflow as tf
 
-from tfaccel.tuning.batch.budget import PROBE_AIM
+from tfaccel.tuning.batch.budget import NOISE_SHARE, PROBE_AIM
 
 logger = logging.getLogger("tfaccel")
 
@@ -98,11 +100,15 @@ def read_forward(
     return ForwardReading(batch, min(traces), min(times))
 
 
-def least_search_s(reading: ForwardReading, steps: int, examples: int | None, noise: bool):
-    """Projected seconds of the least search that can change the batch (see the module)."""
+def least_search_s(
+    reading: ForwardReading, steps: int, examples: int | None, noise: bool, confirm: bool = True
+) -> float:
+    """Projected seconds of the least search that can change the batch (see the module),
+    its noise scale's warm-up aside (`warmup_s`)."""
     batch, rate = reading.batch, reading.examples_per_second
     seconds = (FIXED_COSTS if noise else FIXED_COSTS - 1) * reading.fixed_s
-    seconds += (steps + 1) * 3 * batch / rate  # `start`, then 2 x `start`
+    # `start`, 2 x `start`, then both timed again (`confirm_knee`)
+    seconds += (steps + 1) * (6 if confirm else 3) * batch / rate
     if noise:
         big = max(2 * batch, 64) if examples is None else min(max(2 * batch, 64), examples)
         small = max(1, min(8, big // 4))
@@ -110,21 +116,42 @@ def least_search_s(reading: ForwardReading, steps: int, examples: int | None, no
     return seconds
 
 
-def project(reading: ForwardReading, spent: float, job_examples, steps, examples, noise):
-    """Why the search declines at its forward reading (None: the first candidate runs)."""
+def warmup_s(reading: ForwardReading, warmup_examples: int, limit_s: float) -> float:
+    """The noise scale's warm-up at the projected examples/s, within its share of the limit."""
+    return min(warmup_examples / reading.examples_per_second, NOISE_SHARE * limit_s)
+
+
+def project(
+    reading: ForwardReading, spent: float, job_examples, steps, examples, warmup, confirm=True
+) -> str | None:
+    """Why the search declines at its forward reading (None: the first candidate runs).
+
+    `warmup`: the noise scale's warm-up in examples (None: no noise scale)."""
     if not job_examples:
         return None
-    rate = reading.examples_per_second
+    rate, noise = reading.examples_per_second, warmup is not None
     job_s = job_examples / rate
-    least = least_search_s(reading, steps, examples, noise)
+    least = least_search_s(reading, steps, examples, noise, confirm)
+    least += warmup_s(reading, warmup, PROBE_AIM * job_s) if noise else 0.0
     if spent + least <= PROBE_AIM * job_s:
         return None
-    threshold = math.ceil((spent + least) * rate / PROBE_AIM)
+    threshold = _threshold(reading, spent, steps, examples, warmup, confirm)
     return (
         f"declined at the first reading (the forward pass, before any training step), after "
         f"{spent:.2g} s ({spent / job_s:.1%} of the job's {job_s:.3g} s, projected): a search "
         f"(batches {reading.batch} and {2 * reading.batch}"
-        + (", the noise scale" if noise else "")
+        + (", the noise scale and its warm-up" if noise else "")
         + f"; traces of about {reading.fixed_s:.2g} s each) would take {least:.2g} s more, "
         f"past {PROBE_AIM:.1%} of the job; from {threshold:,} examples up, a search fits"
     )
+
+
+def _threshold(reading, spent, steps, examples, warmup, confirm) -> int:
+    """The least job (examples) whose `PROBE_AIM` holds the search and its warm-up."""
+    rate = reading.examples_per_second
+    fixed = spent + least_search_s(reading, steps, examples, warmup is not None, confirm)
+    whole = fixed + (warmup / rate if warmup is not None else 0.0)
+    job_s = whole / PROBE_AIM
+    if warmup is not None and warmup / rate > NOISE_SHARE * PROBE_AIM * job_s:
+        job_s = fixed / ((1 - NOISE_SHARE) * PROBE_AIM)  # the warm-up shrinks to its share
+    return math.ceil(job_s * rate)

@@ -87,6 +87,7 @@ class Search:
         self.examples = inputs.count_examples(data)  # None: counted when a batch needs it
         self.time_limit = time_limit
         self.noise_asked, self.noise_warmup = False, None  # set by find_batch_size
+        self.confirm = True  # set by find_batch_size: the knee and the first timed twice
         self.min_steps_per_epoch: int | None = None  # set by find_batch_size: caps candidates
         # One model for every candidate while they fit (built again after a failure): a
         # candidate costs its steps and, for the first two shapes, a trace — not a build.
@@ -146,8 +147,15 @@ class Search:
             logger.info("find_batch_size: no forward reading (%s)", error)
             self.last_model = None
             return False
-        spent, noise = limit.elapsed(), self.noise_asked
-        why = early.project(reading, spent, limit.job_examples, self.steps, self.examples, noise)
+        warmup = None
+        if self.noise_asked:  # as `noise_probe`: by default one pass, at most 50,000 examples
+            most = noise_probe.WARMUP_EXAMPLES
+            warmup = self.noise_warmup
+            warmup = min(self.examples or most, most) if warmup is None else warmup
+        why = early.project(
+            reading, limit.elapsed(), limit.job_examples, self.steps, self.examples, warmup,
+            self.confirm,
+        )  # fmt: skip
         if why is None:
             return False
         seconds = time.perf_counter() - began

@@ -183,6 +183,7 @@ def find_batch_size(
         TimeLimit(began, budget_s, job_examples),
     )
     search.noise_asked, search.noise_warmup = noise_scale, noise_warmup
+    search.confirm = confirm
     if effective_batch_size is None and min_steps_per_epoch > 1:
         search.min_steps_per_epoch = min_steps_per_epoch
     multiple = math.lcm(granularity, replicas)

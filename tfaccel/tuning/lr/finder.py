@@ -358,9 +358,10 @@ def find_learning_rate(
         job_examples: the job's size (epochs × examples), as `find_batch_size` takes: the
             ramp is then at most `lr_sizing.RAMP_SHARE` (5 %) of the job's steps, and
             below `lr_sizing.MIN_RAMP` steps nothing runs (no suggestion, reason "too
-            small to pay"); and when the first timed steps project the test past 10 % of
-            the job's time, it stops there (stopped "declined", from what job size it
-            runs).
+            small to pay"); and when its forward pass on one batch (before any step:
+            `lr_decline.forward`, a Keras model only) or its first timed steps project the
+            test past 5 % of the job's time (`lr_decline.PROBE_SHARE`), it stops there
+            (stopped "declined", from what job size it runs).
         verbose: passed to `fit`.
 
     Returns:
