@@ -24,6 +24,7 @@ _JOB = textwrap.dedent(
     import tensorflow as tf
     from tfaccel import data
     from tfaccel.data import service
+    from tfaccel.data.service import watch
 
     def work(x):
         time.sleep(0.004)
@@ -35,7 +36,10 @@ _JOB = textwrap.dedent(
     ids = np.arange(4000)
     source = data.from_arrays(ids.astype("float32").reshape(-1, 1), ids)
     victim = int(sys.argv[1])  # 0: the dispatcher, 1: worker 0
-    with service.local(2, stall_timeout_s=4.0) as running:
+    # The read blocks inside TensorFlow, where the KeyboardInterrupt cannot land: the
+    # watch's grace after it (5 s) only delays the exit here.
+    watch.GRACE_S = 1.0
+    with service.local(2, stall_timeout_s=2.0) as running:
         print(json.dumps([p.pid for p in running.processes]), flush=True)
         train = data.pipeline(source, batch_size=10, training=True, preprocess=decode,
                               service=running)
@@ -110,22 +114,29 @@ _WORK_DIR_JOB = textwrap.dedent(
     from tfaccel import data
     from tfaccel.launcher.processes import die_with_parent, free_ports
 
-    def start(*arguments):  # `tfaccel data-service ...`, its ready line awaited
-        process = subprocess.Popen(
+    def spawn(*arguments):  # `tfaccel data-service ...`
+        return subprocess.Popen(
             [sys.executable, "-m", "tfaccel", "data-service", *arguments, "--quiet"],
             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
             start_new_session=True, preexec_fn=die_with_parent)  # even if the job is killed
+
+    def ready(process):  # its ready line awaited
         assert process.stdout.readline().startswith("tfaccel data-service ready:")
         return process
+
+    def start(*arguments):
+        return ready(spawn(*arguments))
 
     import subprocess
     work_dir = tempfile.mkdtemp()
     port, *workers = free_ports(3)
     dispatcher = ["dispatcher", "--port", str(port), "--work-dir", work_dir]
-    servers = [start(*dispatcher)]
-    for worker in workers:
-        servers.append(start("worker", "--dispatcher", f"localhost:{port}", "--port",
-                             str(worker), "--host", "localhost"))
+    # all at once, as data.service.local starts them (a worker waits for its dispatcher):
+    # each imports TensorFlow; then the three are awaited
+    servers = [spawn(*dispatcher)] + [
+        spawn("worker", "--dispatcher", f"localhost:{port}", "--port", str(worker), "--host",
+              "localhost") for worker in workers]
+    servers = [ready(process) for process in servers]
     print(json.dumps([p.pid for p in servers]), flush=True)
     restart = threading.Event()
 
