@@ -132,7 +132,10 @@ def find_batch_size(
             (7.5 %) of that job's time at the fastest rate measured so far, to keep
             within `budget.PROBE_SHARE` (10 %) of the job as trained (a probe's
             examples/s reads low). A candidate whose predicted cost would pass the limit
-            is not started.
+            is not started. Before the first candidate's training step, its forward pass
+            on one batch projects the least search that could change the batch
+            (`early.project`); past that limit the search declines there (its first row
+            "estimated", `declined` saying from what job size a search fits).
         confirm: time the knee and the first candidate once more before choosing (each
             row's examples/s becomes the mean of its two readings), within the time limit.
         clock: the timing source for the timed steps (seconds; inject a fake one in tests).
