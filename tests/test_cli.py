@@ -100,7 +100,7 @@ def test_doctor_diagnoses_a_plain_script_at_its_first_fit(tmp_path):
     # a time (sleeping to open and read), a small compiled model, model.fit on the dataset.
     out = tmp_path / "report"
     script = "tests/scripts/guide_naive.py"
-    result = run_cli("doctor", "--budget", "8", "--out", str(out), script)
+    result = run_cli("doctor", "--budget", "4", "--out", str(out), script)
     assert result.returncode == 0, result.stderr[-3000:]
     assert "intercepted Sequential.fit" in result.stdout
     assert "AFTER FIT" not in result.stdout  # the script stops at its fit
