@@ -195,8 +195,13 @@ def test_cells_use_only_the_public_api(name):
         assert not private, f"{name} uses private names {private}"
 
 
-@pytest.mark.parametrize("name", sorted(IMAGES))
-def test_notebook_runs_top_to_bottom(name, monkeypatch, tmp_path):
+# The two doctor notebooks (about 45 s each) run in tests/test_notebooks_doctor.py: a
+# second file, so that pytest-xdist's `--dist loadfile` hands them to another process.
+DOCTOR_NOTEBOOKS = ["07_doctor.ipynb", "08_data_service.ipynb"]
+
+
+def run_top_to_bottom(name: str, monkeypatch, tmp_path: Path) -> None:
+    """Executes the notebook in a fresh kernel; fails on a failing cell or a missing output."""
     for key, value in kernel_environment().items():
         monkeypatch.setenv(key, value)
     monkeypatch.setenv("TMPDIR", str(tmp_path))  # the notebooks' temporary files go here
@@ -207,6 +212,11 @@ def test_notebook_runs_top_to_bottom(name, monkeypatch, tmp_path):
     except CellExecutionError as error:
         pytest.fail(f"{name} failed:\n{error}", pytrace=False)
     assert not missing_outputs(name, notebook)
+
+
+@pytest.mark.parametrize("name", [n for n in sorted(IMAGES) if n not in DOCTOR_NOTEBOOKS])
+def test_notebook_runs_top_to_bottom(name, monkeypatch, tmp_path):
+    run_top_to_bottom(name, monkeypatch, tmp_path)
 
 
 def test_kernel_is_this_interpreter_and_a_failing_cell_fails(tmp_path, monkeypatch):
