@@ -36,14 +36,16 @@ lint: $(TEST_STAMP)
 # no xdist). Tests marked `alone` time real jobs to name their limit, so they run after
 # the others, in one process, on a CPU no other test loads. Three processes on two cores:
 # many tests wait on the subprocesses they start (workers, servers, killed jobs), which a
-# third process overlaps (the README gives the time measured on a fresh clone).
+# third process overlaps (the README gives the time measured on a fresh clone). Files go to
+# the processes in collection order (--no-loadscope-reorder), which tests/conftest.py
+# starts with the slowest files (SLOW_FILES).
 TEST_WORKERS ?= 3
 
 test: lint
 ifeq ($(TEST_WORKERS),0)
 	$(BIN)/python -m pytest -q --durations=15
 else
-	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile -m "not alone" --durations=15
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder -m "not alone" --durations=15
 	$(BIN)/python -m pytest -q -m alone
 endif
 
