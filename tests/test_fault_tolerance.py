@@ -253,3 +253,29 @@ def test_resume_mid_epoch_gives_the_same_weights(tmp_path, mirrored, distributed
     np.testing.assert_allclose(history["loss"], expected["loss"][1:], atol=1e-6)
     for got, want in zip(resumed.model.get_weights(), reference.model.get_weights(), strict=True):
         np.testing.assert_allclose(got, want, atol=1e-6)
+
+
+@pytest.mark.parametrize("stage", ["prefetch", "parallel-map"])
+def test_resume_mid_epoch_of_a_reshuffled_prefetched_dataset_keeps_later_orders(tmp_path, stage):
+    """The pattern users write, `shuffle(seed)` then `batch` then `prefetch` (or a parallel
+    map): tf.data's buffered iterator checkpoint, saved mid-epoch, restored the shuffle's
+    seeds two epochs ahead, so every later epoch's order differed; the Trainer saves the
+    stream symbolically (positions, not buffers), and the resumed run equals the whole."""
+
+    def reshuffled():
+        # Epochs of 4 steps: the read-ahead reaches the next epoch (its shuffle's seeds).
+        ds = tf.data.Dataset.from_tensor_slices((X, Y)).shuffle(64, seed=5).batch(16)
+        if stage == "prefetch":
+            return ds.prefetch(tf.data.AUTOTUNE)
+        return ds.map(lambda x, y: (x * 2.0, y), num_parallel_calls=tf.data.AUTOTUNE)
+
+    reference = make_trainer()
+    reference.fit(reshuffled(), epochs=4, verbose=0)
+    first = make_trainer()
+    first.fit(reshuffled(), epochs=4, verbose=0, checkpoint_dir=tmp_path, callbacks=[StopAt(2)])
+    assert tf.train.latest_checkpoint(str(tmp_path)).endswith("ckpt-2")  # mid-epoch 0
+    resumed = make_trainer()
+    resumed.fit(reshuffled(), epochs=4, verbose=0, checkpoint_dir=tmp_path)
+    assert int(resumed.step.numpy()) == 16
+    for got, want in zip(resumed.model.get_weights(), reference.model.get_weights(), strict=True):
+        np.testing.assert_allclose(got, want, atol=1e-6)

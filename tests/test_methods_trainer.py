@@ -246,7 +246,8 @@ from tfaccel import methods
 rng = np.random.default_rng(0)
 x = rng.normal(size=(64, 6)).astype("float32")
 y = rng.integers(0, 3, size=64).astype("int32")
-data = tf.data.Dataset.from_tensor_slices((x, y)).shuffle(64, seed=1).batch(16)
+data = (tf.data.Dataset.from_tensor_slices((x, y)).shuffle(64, seed=1).batch(16)
+        .prefetch(tf.data.AUTOTUNE))
 directory, kill_at, out = sys.argv[1], int(sys.argv[2]), sys.argv[3]
 
 
@@ -268,7 +269,7 @@ class Kill(keras.callbacks.Callback):
 trainer = tfaccel.Trainer(
     build, optimizer=keras.optimizers.SGD(0.1), loss="sparse_categorical_crossentropy",
     strategy=tf.distribute.get_strategy(), steps_per_loop=2, jit_compile=False,
-    methods=[methods.OneCycle(peak=0.05), methods.EMA(0.8)],
+    methods=[methods.OneCycle(peak=0.05), methods.EMA(0.8), methods.MixUp(0.4)],
 )
 trainer.fit(data, epochs=4, callbacks=[Kill()], checkpoint_dir=directory or None,
             checkpoint_every=2, verbose=0)
@@ -277,11 +278,11 @@ np.save(out, np.concatenate([w.ravel() for w in trainer.model.get_weights()]))
 
 
 def test_kill_9_mid_epoch_with_methods_on_resumes_to_the_uninterrupted_weights(tmp_path):
-    """One-cycle and EMA (optimizer state). Methods with a batch map (label smoothing on
-    sparse labels, MixUp, CutMix) resume exactly at epoch boundaries (the resume test
-    above) but not yet after a kill mid-epoch of a dataset with a reshuffling `shuffle`
-    (0.005 to 0.03 apart; exact without the shuffle: the mapped probe's reads are the
-    suspect, not yet fixed)."""
+    """One-cycle and EMA (optimizer state) and MixUp (a batch map) on the pattern users
+    write, a reshuffling `shuffle`, then `batch` and `prefetch`: killed mid-epoch, the
+    resumed run's later epochs keep the uninterrupted run's orders (tf.data's buffered
+    iterator checkpoint restored the shuffle's seeds epochs ahead; the Trainer saves
+    the stream symbolically, `Feed.symbolic`)."""
     import signal
     import subprocess
     import sys

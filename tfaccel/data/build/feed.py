@@ -248,6 +248,20 @@ class Feed:
         """The data repeated indefinitely (one stream over all epochs)."""
         return self._derived(lambda ds, context: ds.repeat())
 
+    def symbolic(self) -> Feed:
+        """The data with tf.data's symbolic checkpointing: an iterator checkpoint holds
+        positions, not buffers. Buffered read-ahead (a `prefetch`, a parallel map) after a
+        reshuffling `shuffle`, saved mid-epoch, otherwise restores the shuffle's seeds
+        some epochs ahead (TensorFlow 2.21), so every later epoch's order would differ."""
+        options = tf.data.Options()
+        options.experimental_symbolic_checkpoint = True
+        return self._derived(lambda ds, context: ds.with_options(options))
+
+    def symbolic_supported(self) -> bool:
+        """Whether no stage (every branch of a zip or concatenate too) is a `cache`, which
+        refuses symbolic checkpoints."""
+        return not any("Cache" in type(node).__name__ for node in graph.every_input(self.dataset))
+
     def mapped(self, fn) -> Feed:
         """The data with `fn(dataset) -> dataset` applied to its batches (and to the probe,
         so the value checks read what training reads): e.g. `tfaccel.methods`' batch maps.

@@ -59,6 +59,19 @@ def chain(dataset: tf.data.Dataset) -> Iterator[tf.data.Dataset]:
         node, seen = input_of(node), seen + 1
 
 
+def every_input(dataset: tf.data.Dataset) -> Iterator[tf.data.Dataset]:
+    """`dataset` and all its input datasets, every branch (an interleave's inner datasets,
+    made by its function, are not followed)."""
+    stack, seen = [dataset], set()
+    while stack and len(seen) < 16 * CHAIN_LIMIT:
+        node = stack.pop()
+        if id(node) in seen or not isinstance(node, tf.data.Dataset):
+            continue
+        seen.add(id(node))
+        yield node
+        stack.extend(node._inputs())
+
+
 def _static_int(value) -> int | None:
     try:
         return int(tf.get_static_value(value))

@@ -188,6 +188,8 @@ class FitLoop:
         a distributed one cannot be saved, so a resumed run skips what was done.
         """
         feed = self.train
+        if self.ckpt is not None and self.stream and feed.symbolic_supported():
+            feed = feed.symbolic()  # positions, not buffers: exact orders after a restore
         if resumed_steps:
             feed = feed.skipped(resumed_steps * self.accumulate)
             if feed.service is not None:  # not exact: the service restarts the epoch's input
