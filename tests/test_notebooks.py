@@ -39,6 +39,7 @@ IMAGES = {
     "06_distributed_training.ipynb": ["training-curves"],
     "07_doctor.ipynb": ["report-plot", "gains-chart"],
     "08_data_service.ipynb": ["scaling-plot"],
+    "09_time_to_accuracy.ipynb": ["tta-curves"],
 }
 # notebook → {tag: pattern the cell's text output must match}.
 TEXTS = {
@@ -50,6 +51,10 @@ TEXTS = {
     "04_mixed_precision_and_memory.ipynb": {
         "policy-table": r"A100[^\n]*mixed_bfloat16[\s\S]*V100[^\n]*mixed_float16",
         "loss-scaling": r"skipped steps: [1-9]",
+    },
+    "09_time_to_accuracy.ipynb": {
+        "summary-table": r"digits_cnn \(target [\s\S]*fast +time +\d",
+        "live-run": r"plain: \d+ epochs to the target[\s\S]*fast: \d+ epochs to the target",
     },
     "06_distributed_training.ipynb": {
         "weight-difference": r"max \|weight difference\| vs model\.fit: \d\.\d+e[-+]\d+",
@@ -67,7 +72,7 @@ TEXTS = {
 # What the cells may import besides the standard library (keras_tuner: notebook 05's search;
 # IPython: notebook 07 shows a saved plot with IPython.display.Image).
 ALLOWED_IMPORTS = {"tfaccel", "keras", "keras_tuner", "tensorflow", "numpy", "matplotlib"}
-ALLOWED_IMPORTS |= {"IPython"}
+ALLOWED_IMPORTS |= {"IPython", "sklearn"}  # scikit-learn: the real data it ships
 
 
 def execute(notebook: nbformat.NotebookNode, folder: Path, timeout: int = TIMEOUT_S) -> None:
