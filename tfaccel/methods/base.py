@@ -167,8 +167,12 @@ def optimizer_object(optimizer):
 def rebuilt(optimizer, **changes):
     """A copy of `optimizer` (not yet built) with `changes` to its config.
 
+    An optimizer built but never stepped (`iterations` 0: e.g. the doctor or a tuner
+    probed the Trainer before its first `fit` and restored its state) holds nothing the
+    copy loses.
+
     Raises:
-        ValueError: the optimizer was built already (it holds slot variables).
+        ValueError: the optimizer has taken steps (its state would be lost).
     """
     optimizer = optimizer_object(optimizer)
     inner = getattr(optimizer, "inner_optimizer", None)
@@ -177,7 +181,7 @@ def rebuilt(optimizer, **changes):
             "The methods change the optimizer before loss scaling wraps it: pass the inner "
             "optimizer (the Trainer wraps it for float16 itself)."
         )
-    if optimizer.built:
+    if optimizer.built and int(optimizer.iterations) > 0:  # 0: built by a probe, restored
         raise ValueError(
             f"{type(optimizer).__name__} is built already (it has trained, or "
             "model.compile/fit built it): the methods change the learning rate and the "

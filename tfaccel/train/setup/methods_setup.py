@@ -114,11 +114,18 @@ class Methods:
 
     def feed(self, data, strategy, what: str) -> Feed:
         """`data` as a `Feed` (a Feed stays itself); validation and evaluation data get
-        their labels in the training form (one-hot when the plan made training's one-hot)."""
+        their labels in the training form (one-hot when the plan made training's one-hot);
+        training data given as such (the doctor's), the plan's batch maps, as `fit` maps
+        its feed (a Feed `fit` made and mapped is not mapped again)."""
         feed = Feed.of(data, strategy, what=what)
-        if self.plan is None or not self.plan.one_hot or what == "training":
+        made = self.plan
+        if made is None:
             return feed
-        return feed.mapped(self.plan.evaluation_data)
+        if what == "training":
+            if isinstance(data, Feed) or not made.maps:
+                return feed
+            return feed.mapped(lambda dataset: transform(dataset, made.maps, made.seed))
+        return feed.mapped(made.evaluation_data) if made.one_hot else feed
 
     def rows(self) -> dict:
         """Settings-table rows: each method applied and what it changes; each dropped."""
