@@ -214,6 +214,7 @@ class ProgressiveBatch(Method):
         size = tf.constant(job.batch_size, tf.int64)
 
         def regroup(dataset: tf.data.Dataset) -> tf.data.Dataset:
+            @tf.autograph.experimental.do_not_convert
             def epoch(_):
                 return dataset.unbatch().batch(size * variable.read_value())
 
