@@ -5,6 +5,7 @@ argument checks `find_batch_size` shares."""
 from __future__ import annotations
 
 import dataclasses
+import gc
 import logging
 import statistics
 import time
@@ -315,8 +316,13 @@ def explore(search: Search, start, limit, mode, step: int, replicas: int) -> int
             search.rows.append(ProbeRow(batch, False, None, None, "steps per epoch"))
             capped = search.steps_cap
             break
-        if largest is None and not search.rows and search.read_early(batch):
-            return batch  # declined at the forward pass: no training step ran
+        if largest is None and not search.rows:
+            if search.read_early(batch):
+                return batch  # declined at the forward pass: no training step ran
+            # The memory readings start clean: garbage freed during a probe would read as
+            # less growth; later collections skip everything alive now (TF's own objects).
+            gc.collect()
+            gc.freeze()
         row = search.probe(batch)
         if not row.fits:
             failed = batch

@@ -281,9 +281,8 @@ def _gpu_names() -> list[str]:
 def _explore(search, start, limit, mode, multiple: int, replicas: int) -> int:
     """The candidates, tried (`probes.explore`) with the objects alive now out of the way of
     Python's collector; returns the largest batch that fits."""
-    # Later collections skip everything alive now (TensorFlow's own objects). No
-    # collection first: on a CPU each costs 0.1-0.2 s, a share of a small job's time.
-    gc.freeze()
+    # `probes.explore` collects and freezes once the forward-pass reading declined nothing
+    # (a collection costs 0.1-0.2 s on a CPU, a share of a small job's time).
     try:
         return probes.explore(search, start, limit, mode, multiple, replicas)
     finally:
