@@ -119,6 +119,9 @@ def test_the_final_batch_from_a_gradient_noise_scale():
     assert method.factors == (1, 4, 8)
     assert "noise scale" in method.changes and "x8" in method.changes
     assert method.growth(64) == 1  # a noise scale below the batch: no growth
+    reported = methods.ProgressiveBatch(final=130.0)  # a find_batch_size report's float
+    assert reported.growth(32) == 4 and "B_simple ≈ 130" in reported._source()
+    assert methods.ProgressiveBatch(final=math.inf).growth(32) == 64  # unbounded: the most
 
 
 def test_the_trainer_refuses_it_and_fast_drops_it_there_with_the_reason():

@@ -114,8 +114,9 @@ class ProgressiveBatch(Method):
 
     Args:
         final: the last batch: an int (a power-of-two multiple of the job's batch is
-            used, the nearest), an object with `b_simple` (a gradient noise scale, e.g.
-            `tuning.gradient_noise_scale(...)`), or None: 4 x the job's batch.
+            used, the nearest), a gradient noise scale (`tuning.gradient_noise_scale(...)`
+            or a float B_simple such as a `find_batch_size` report's `noise_scale`; inf:
+            the most growth, `MAX_GROWTH`), or None: 4 x the job's batch.
         stages: the number of batch sizes (>= 2), the last `final`.
         until: the share of the epochs after which the batch is `final`, in (0, 1].
         rate_power: the learning rate is multiplied by growth ** rate_power (0.5: Adam's
@@ -135,10 +136,12 @@ class ProgressiveBatch(Method):
         if not 0 < until <= 1:
             raise ValueError(f"ProgressiveBatch until must be in (0, 1], got {until!r}.")
         if final is not None and not hasattr(final, "b_simple"):
-            if isinstance(final, bool) or not isinstance(final, int) or final < 1:
+            number = isinstance(final, (int, float)) and not isinstance(final, bool)
+            if not number or not final >= 1:
                 raise ValueError(
                     "ProgressiveBatch final must be a batch size (int >= 1), a gradient noise "
-                    f"scale (tuning.gradient_noise_scale(...)) or None, got {final!r}."
+                    "scale (tuning.gradient_noise_scale(...), or a find_batch_size report's "
+                    f"noise_scale, a float) or None, got {final!r}."
                 )
         if isinstance(rate_power, bool) or not 0 <= rate_power <= 1:
             raise ValueError(f"ProgressiveBatch rate_power must be in [0, 1], got {rate_power!r}.")
@@ -156,19 +159,25 @@ class ProgressiveBatch(Method):
             f"{self.until:.0%} of the epochs ({self._source()})"
         )
 
+    def _noise(self) -> float | None:
+        """The noise scale `final` gives, if it is one (an object or a float)."""
+        if hasattr(self.final, "b_simple"):
+            return float(self.final.b_simple)
+        return float(self.final) if isinstance(self.final, float) else None
+
     def _source(self) -> str:
         if self.final is None:
             return "default final: 4x the start"
-        if hasattr(self.final, "b_simple"):
-            return f"final from the gradient noise scale B_simple ≈ {self.final.b_simple:.0f}"
+        if self._noise() is not None:
+            return f"final from the gradient noise scale B_simple ≈ {self._noise():.0f}"
         return f"final batch {self.final}"
 
     def growth(self, start: int) -> int:
         """The final batch over the start, a power of two."""
         if self.final is None:
             return 4
-        target = float(getattr(self.final, "b_simple", self.final))
-        return _pow2_growth(target, start)
+        noise = self._noise()
+        return _pow2_growth(float(self.final) if noise is None else noise, start)
 
     def stage_factors(self, start: int) -> tuple[int, ...]:
         """The growth of each stage, 1 first, the last `growth(start)` (distinct)."""
@@ -188,7 +197,7 @@ class ProgressiveBatch(Method):
                 "ProgressiveBatch grows a known batch: batch the data with a fixed size "
                 "(dataset.batch(32)) or pass batch_size= to for_fit."
             )
-        if self.final is not None and not hasattr(self.final, "b_simple"):
+        if self.final is not None and self._noise() is None:
             if self.final < job.batch_size:
                 raise ValueError(
                     f"ProgressiveBatch final={self.final} is below the job's batch "
