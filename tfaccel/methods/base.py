@@ -152,6 +152,15 @@ class Method:
         return f"{type(self).__name__}({fields})"
 
 
+def staged(values: tuple, epoch: int, epochs: int, until: float):
+    """The value of `epoch` when `values` are stages sharing the first `until` of
+    `epochs` equally, the last held after them (progressive resizing and batch)."""
+    last = len(values) - 1
+    if not last:
+        return values[-1]
+    return values[min(int(epoch / (until * epochs) * last), last)]
+
+
 def optimizer_object(optimizer):
     """The optimizer as an object: a name or config gets `keras.optimizers.get`."""
     if isinstance(optimizer, keras.optimizers.Optimizer):

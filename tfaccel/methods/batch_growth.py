@@ -31,7 +31,7 @@ import warnings
 import keras
 import tensorflow as tf
 
-from tfaccel.methods.base import Job, Method, Plan
+from tfaccel.methods.base import Job, Method, Plan, staged
 
 MAX_GROWTH = 64  # the final batch is at most this many times the start
 
@@ -87,11 +87,7 @@ class SetBatchGrowth(keras.callbacks.Callback):
 
     def factor_at(self, epoch: int) -> int:
         """The growth of `epoch`: the stages share the first `until` of the epochs."""
-        last = len(self.factors) - 1
-        if not last:
-            return self.factors[0]
-        stage = int(epoch / (self.until * self.epochs) * last)
-        return self.factors[min(stage, last)]
+        return staged(self.factors, epoch, self.epochs, self.until)
 
     def on_train_begin(self, logs=None):
         self._warnings = warnings.catch_warnings()

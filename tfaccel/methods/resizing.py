@@ -18,7 +18,7 @@ from __future__ import annotations
 import keras
 import tensorflow as tf
 
-from tfaccel.methods.base import Job, Method, Plan
+from tfaccel.methods.base import Job, Method, Plan, staged
 
 
 class SetImageSize(keras.callbacks.Callback):
@@ -31,11 +31,7 @@ class SetImageSize(keras.callbacks.Callback):
 
     def size_at(self, epoch: int) -> int:
         """The size of `epoch`: the stages share the first `until` of the epochs."""
-        small = len(self.sizes) - 1
-        if not small:
-            return self.sizes[-1]
-        stage = int(epoch / (self.until * self.epochs) * small)
-        return self.sizes[min(stage, small)]
+        return staged(self.sizes, epoch, self.epochs, self.until)
 
     def on_epoch_begin(self, epoch, logs=None):
         size = self.size_at(epoch)
