@@ -31,9 +31,9 @@ import json
 import os
 import pathlib
 import statistics
-import subprocess
-import sys
 import time
+
+import fresh_rounds
 
 RESULTS = pathlib.Path(__file__).parent / "results" / "guide_mixed_precision.json"
 N = 2048  # examples (the guide: 60,000)
@@ -112,15 +112,6 @@ def one(variant: str) -> dict:
     return result
 
 
-def _spawn(variant: str) -> dict:
-    command = [sys.executable, __file__, "--one", variant]
-    out = subprocess.run(command, capture_output=True, text=True, check=False, timeout=900)
-    lines = [line for line in out.stdout.splitlines() if line.startswith("{")]
-    if out.returncode or not lines:
-        raise RuntimeError(f"{variant} failed:\n{out.stderr[-3000:]}")
-    return json.loads(lines[-1])
-
-
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--one", default=None)
@@ -131,14 +122,8 @@ def main() -> None:
     if args.one:
         print(json.dumps(one(args.one)))
         return
-    variants = args.variants.split(",")
-    runs: dict = {v: [] for v in variants}
     began = time.perf_counter()
-    for index in range(args.rounds):
-        shift = index % len(variants)
-        for variant in variants[shift:] + variants[:shift]:
-            runs[variant].append(_spawn(variant))
-        print(f"round {index + 1}: {time.perf_counter() - began:.0f} s", flush=True)
+    runs = fresh_rounds.alternate(__file__, args.variants.split(","), args.rounds, 900)
     medians = {v: statistics.median(r["fit_s"] for r in rs) for v, rs in runs.items()}
     guide = {v: m for v, m in medians.items() if v in GUIDE}
     fastest = min(guide, key=guide.get)
