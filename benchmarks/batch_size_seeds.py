@@ -13,8 +13,17 @@ interleaved by seed, and reads:
 - each run's training seconds to that target (held-out accuracy 4× an epoch, clock paused);
 - each batch's median time over batch 32's median, with every run's time beside it.
 
+`--tuned` adds the batch tuner's choice: `tuning.find_batch_size` probes the job once
+(from batch 32, the noise scale on, bounded by the job's size; its seconds reported as
+its cost) and `tuning.recommend` answers; where the noise scale, read early, held the
+batch below the throughput knee (`grow_to`), each seed trains with
+`methods.ProgressiveBatch(final=grow_to)` through `model.fit`, else at the chosen batch.
+Its held-out accuracy is read every quarter of an epoch's examples (the stages' larger
+batches make fewer steps).
+
 Writes `benchmarks/results/batch_size_seeds.json` after every run (a stopped run keeps
-what finished). Run: `python benchmarks/batch_size_seeds.py [--seeds 3] [--quick]`.
+what finished; `--only` writes `batch_size_seeds.<contenders>.json`, keeping the full run's).
+Run: `python benchmarks/batch_size_seeds.py [--seeds 3] [--tuned] [--only 32 tuned] [--quick]`.
 """
 
 from __future__ import annotations
@@ -24,9 +33,12 @@ import pathlib
 import sys
 import time
 
+import keras
 import numpy as np
+import tensorflow as tf
 
-from tfaccel import strict_json
+import tfaccel
+from tfaccel import methods, strict_json
 
 sys.path.insert(0, str(pathlib.Path(__file__).parent))
 
@@ -35,6 +47,84 @@ import batch_size_jobs  # noqa: E402  (the CIFAR-shaped job)
 
 RESULTS = pathlib.Path(__file__).parent / "results"
 BATCHES = (32, 64, 128)
+
+
+class ExampleCurve(batch_size_growing.Curve):
+    """Held-out accuracy every `every` examples (not steps), for a batch that grows."""
+
+    def __init__(self, held_out, every: int, batch: int, growth):
+        super().__init__(held_out)
+        self.every_examples, self.batch, self.growth, self.examples = every, batch, growth, 0
+
+    def on_train_batch_end(self, batch, logs=None):
+        before = self.examples // self.every_examples
+        self.examples += self.batch * (self.growth.seen[-1] if self.growth else 1)
+        if self.examples // self.every_examples > before:
+            self.read(logs)
+
+
+def probe(job: dict) -> dict:
+    """The batch tuner on the job, once: its recommendation and its seconds."""
+    x, y = job["data"]
+    keras.utils.set_random_seed(0)
+    began = time.perf_counter()
+    report = tfaccel.tuning.find_batch_size(
+        job["build"],
+        (x, y),
+        loss="sparse_categorical_crossentropy",
+        optimizer=keras.optimizers.Adam(job["learning_rate"]),
+        start=job["batch_size"],
+        job_examples=job["epochs"] * len(y),
+    )
+    choice = tfaccel.tuning.recommend(
+        report, batch_size=job["batch_size"], learning_rate=job["learning_rate"], optimizer="adam"
+    )
+    seconds = time.perf_counter() - began
+    tfaccel.tuning.release_memory()
+    print(report.table(), "\n", choice.reason, flush=True)
+    return {
+        "batch_size": choice.batch_size,
+        "learning_rate": choice.learning_rate,
+        "grow_to": choice.grow_to,
+        "reason": choice.reason,
+        "probe_seconds": seconds,
+        "limits": report.to_dict()["limits"],
+    }
+
+
+def train_tuned(job: dict, choice: dict, seed: int) -> dict:
+    """One seed at the tuner's choice: grown to `grow_to` in stages, or at its batch."""
+    x, y = job["data"]
+    keras.utils.set_random_seed(seed)
+    model = job["build"]()
+    batch, epochs = choice["batch_size"], job["epochs"]
+    data = (
+        tf.data.Dataset.from_tensor_slices((x, y))
+        .shuffle(len(y), seed=1000 * seed)
+        .batch(batch, drop_remainder=True)
+    )
+    grown = [methods.ProgressiveBatch(final=choice["grow_to"])] if choice["grow_to"] else []
+    plan = methods.for_fit(
+        grown,
+        model,
+        data,
+        epochs=epochs,
+        loss="sparse_categorical_crossentropy",
+        optimizer=keras.optimizers.Adam(choice["learning_rate"]),
+        kind="image",
+    )
+    model.compile(plan.optimizer, plan.loss)
+    growth = grown[0].callback if grown else None
+    every = len(y) // batch_size_growing.EVALS_PER_EPOCH
+    curve = ExampleCurve(job["held_out"], every, batch, growth)
+    dataset = plan.dataset.prefetch(tf.data.AUTOTUNE)
+    model.fit(dataset, epochs=epochs, callbacks=[*plan.callbacks, curve], shuffle=False, verbose=0)
+    return {
+        "choice": {k: choice[k] for k in ("batch_size", "learning_rate", "grow_to")},
+        "stages": list(grown[0].factors) if grown else [1],
+        "curve": curve.points,
+        "final_accuracy": curve.points[-1][1],
+    }
 
 
 def last_epoch_mean(run: dict) -> float:
@@ -63,21 +153,39 @@ def main(argv=None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--seeds", type=int, default=3)
     parser.add_argument("--quick", action="store_true", help="a small job: a check only")
+    parser.add_argument("--tuned", action="store_true", help="add the batch tuner's choice")
+    parser.add_argument("--only", nargs="*", default=None, help="contenders: 32 64 128 tuned")
     args = parser.parse_args(argv)
     job = batch_size_jobs.cifar_job(args.quick)
     epochs, rate = job["epochs"], job["learning_rate"]
     stem = "batch_size_seeds.quick" if args.quick else "batch_size_seeds"
-    runs: dict[int, list] = {batch: [] for batch in BATCHES}
+    contenders = list(BATCHES) + (["tuned"] if args.tuned else [])
+    if args.only:
+        contenders = [c if c == "tuned" else int(c) for c in args.only]
+        contenders = ([32] if 32 not in contenders else []) + contenders  # the target's runs
+        stem += "." + "_".join(str(c) for c in contenders)
+    runs: dict = {c: [] for c in contenders}
     out = {"ran_at": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "quick": args.quick}
+    if "tuned" in contenders:
+        out["tuner"] = probe(job)
     for seed in range(args.seeds):
-        for batch in BATCHES:
-            phases = [(epochs, batch, rate * (batch / 32) ** 0.5)]
-            run = batch_size_growing.train(job, phases, seed=seed)
+        for batch in contenders:
+            if batch == "tuned":
+                run = train_tuned(job, out["tuner"], seed)
+            else:
+                phases = [(epochs, batch, rate * (batch / 32) ** 0.5)]
+                run = batch_size_growing.train(job, phases, seed=seed)
             runs[batch].append({"seed": seed, **run})
             print(f"seed {seed} batch {batch}: final {run['final_accuracy']:.4f}", flush=True)
             out.update(runs=runs, summary=summarize(runs))
             RESULTS.mkdir(exist_ok=True)
             (RESULTS / f"{stem}.json").write_text(strict_json.dumps(out, indent=2))
+    if "tuner" in out and runs[32]:  # the probe's cost: a share of the default's training
+        default_seconds = float(np.median([r["curve"][-1][0] for r in runs[32]]))
+        out["tuner"]["probe_over_default_training"] = (
+            out["tuner"]["probe_seconds"] / default_seconds
+        )
+        (RESULTS / f"{stem}.json").write_text(strict_json.dumps(out, indent=2))
     print(out["summary"])
     return out
 
