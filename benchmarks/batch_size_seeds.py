@@ -15,11 +15,11 @@ interleaved by seed, and reads:
 
 `--tuned` adds the batch tuner's choice: `tuning.find_batch_size` probes the job once
 (from batch 32, the noise scale on, bounded by the job's size; its seconds reported as
-its cost) and `tuning.recommend` answers; where the noise scale, read early, held the
-batch below the throughput knee (`grow_to`), each seed trains with
-`methods.ProgressiveBatch(final=grow_to)` through `model.fit`, else at the chosen batch.
-Its held-out accuracy is read every quarter of an epoch's examples (the stages' larger
-batches make fewer steps).
+its cost, a share of batch 32's training) and `tuning.recommend` answers; each seed
+trains at that batch and rate. `train_tuned` also grows a batch in stages
+(`methods.ProgressiveBatch`, given `grow_to` and `rate_power`): the growth experiments
+of `results/batch_size_seeds.growth.json`. Held-out accuracy is read every quarter of
+an epoch's examples (a grown batch makes fewer steps).
 
 Writes `benchmarks/results/batch_size_seeds.json` after every run (a stopped run keeps
 what finished; `--only` writes `batch_size_seeds.<contenders>.json`, keeping the full run's).
@@ -85,7 +85,7 @@ def probe(job: dict) -> dict:
     return {
         "batch_size": choice.batch_size,
         "learning_rate": choice.learning_rate,
-        "grow_to": choice.grow_to,
+        "grow_to": None,  # the tuner's batch, not grown
         "reason": choice.reason,
         "probe_seconds": seconds,
         "limits": report.to_dict()["limits"],
@@ -103,7 +103,12 @@ def train_tuned(job: dict, choice: dict, seed: int) -> dict:
         .shuffle(len(y), seed=1000 * seed)
         .batch(batch, drop_remainder=True)
     )
-    grown = [methods.ProgressiveBatch(final=choice["grow_to"])] if choice["grow_to"] else []
+    power = choice.get("rate_power", 0.5)
+    grown = (
+        [methods.ProgressiveBatch(final=choice["grow_to"], rate_power=power)]
+        if choice["grow_to"]
+        else []
+    )
     plan = methods.for_fit(
         grown,
         model,

@@ -402,36 +402,3 @@ def test_one_fast_reading_does_not_choose_the_batch():
     # A real gain survives the second reading.
     report = search([(16, 100.0), (32, 150.0), (32, 140.0), (16, 105.0)])
     assert report.best_batch_size == 32
-
-
-def test_a_batch_the_early_noise_scale_held_below_the_knee_is_grown_to_the_knee():
-    # The CIFAR-shaped job's reading: B_simple 61 after the warm-up holds batch 32 while
-    # the knee is 128; the noise scale grows as the loss falls, so training grows to 128.
-    limits = {"memory": 256, "throughput knee": 128, "noise scale": 61.0, "time to accuracy": 32}
-    report = report_with(
-        best_batch_size=32, max_batch_size=256, decided_by="time to accuracy", limits=limits
-    )
-    kept = tuning.recommend(report, batch_size=32, learning_rate=1e-3, optimizer="adam")
-    assert (kept.batch_size, kept.learning_rate, kept.kept, kept.grow_to) == (32, 1e-3, True, 128)
-    assert "grow the batch to 128 while training" in kept.reason
-    # Held at 64 (above the user's 32): trained from 64, grown to the knee.
-    limits = {"memory": 256, "throughput knee": 128, "noise scale": 70.0}
-    noisy = report_with(best_batch_size=64, decided_by="noise scale", limits=limits)
-    choice = tuning.recommend(noisy, batch_size=32, learning_rate=1e-3, optimizer="adam")
-    assert (choice.batch_size, choice.grow_to) == (64, 128)
-    # Within memory and steps per epoch; the replicas' multiple.
-    limits = {"memory": 96, "throughput knee": 128, "noise scale": 40.0, "steps per epoch": 100}
-    capped = report_with(best_batch_size=32, decided_by="noise scale", limits=limits)
-    choice = tuning.recommend(
-        capped, batch_size=32, learning_rate=1e-3, optimizer="adam", replicas=3
-    )
-    assert choice.grow_to == 96
-    # The knee decided (the noise scale no bound): nothing to grow to.
-    knee = tuning.recommend(report_with(), batch_size=32, learning_rate=1e-3, optimizer="adam")
-    assert knee.grow_to is None and "grow" not in knee.reason
-    # The noise scale held the batch at the knee itself: nothing to grow to either.
-    at_knee = report_with(best_batch_size=128, decided_by="noise scale")
-    assert (
-        tuning.recommend(at_knee, batch_size=32, learning_rate=1e-3, optimizer="adam").grow_to
-        is None
-    )

@@ -25,10 +25,6 @@ class Recommendation:
             (adaptive optimizers) or None.
         kept: True when the user's batch and rate are kept as they were.
         reason: one line saying why.
-        grow_to: where the noise scale (read early in training, when it is smallest)
-            held the batch below the throughput knee, the knee's batch: grow the batch
-            to it while training (`methods.ProgressiveBatch(final=choice.grow_to)` with
-            `model.fit`); None otherwise.
     """
 
     batch_size: int
@@ -36,22 +32,6 @@ class Recommendation:
     rule: str | None
     kept: bool
     reason: str
-    grow_to: int | None = None
-
-
-NOISE_DECIDED = ("noise scale", "time to accuracy")
-
-
-def _growth_room(report: BatchSizeReport, batch: int, replicas: int) -> int | None:
-    """The knee's batch (within memory and steps per epoch) when the noise scale held the
-    batch below it, else None: the noise scale grows as the loss falls (McCandlish et
-    al. 2018, section 3; measured on the CIFAR-shaped job: 61 after 2.5 % of it, over
-    100 after one pass), so the batch it allows early is too small later."""
-    if report.decided_by not in NOISE_DECIDED:
-        return None
-    caps = [report.limits.get(name) for name in ("throughput knee", "memory", "steps per epoch")]
-    room = int(min(c for c in caps if c is not None)) // replicas * replicas
-    return room if room > batch else None
 
 
 def recommend(
@@ -113,31 +93,18 @@ def recommend(
     if best <= batch_size:
         # Measured early in training, the noise scale is at its lowest (it grows as the
         # loss falls): it stops an increase but is no reason to lower the user's batch.
-        grow_to = _growth_room(report, batch_size, replicas)
         return Recommendation(
             batch_size,
             float(learning_rate),
             rule,
             True,
             f"no larger batch pays: the {why} allows {report.best_batch_size} "
-            f"({report.limits_line()}); batch {batch_size} kept" + _grow_text(grow_to),
-            grow_to,
+            f"({report.limits_line()}); batch {batch_size} kept",
         )
     reason = f"batch {best}, decided by the {why} ({report.limits_line()})"
     if rule == "linear":
         reason += "; warm the rate up with callbacks.LinearScalingWarmup"
-    grow_to = _growth_room(report, best, replicas)
-    choice = _scaled(best, batch_size, learning_rate, rule, reason + _grow_text(grow_to))
-    return dataclasses.replace(choice, grow_to=grow_to)
-
-
-def _grow_text(grow_to: int | None) -> str:
-    if grow_to is None:
-        return ""
-    return (
-        f"; the noise scale grows as the loss falls: grow the batch to {grow_to} while "
-        "training (methods.ProgressiveBatch(final=choice.grow_to) with model.fit)"
-    )
+    return _scaled(best, batch_size, learning_rate, rule, reason)
 
 
 def before_probing(
