@@ -16,6 +16,15 @@ devices.configure(virtual_cpus=2)
 CPUS = ["/cpu:0", "/cpu:1"]
 
 
+@pytest.fixture(autouse=True)
+def probe_cache(tmp_path_factory, monkeypatch):
+    """Each test's own, empty cache of the operations' rates (never ~/.cache, never
+    another test's: no test depends on what ran before it)."""
+    path = tmp_path_factory.mktemp("tfaccel-cache")
+    monkeypatch.setenv("TFACCEL_CACHE_DIR", str(path))
+    return path
+
+
 @pytest.fixture
 def mirrored():
     """A 2-replica MirroredStrategy over two logical CPUs."""

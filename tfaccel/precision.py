@@ -10,7 +10,8 @@
   the arithmetic, so nothing is probed.
 
 With more than one candidate, `choose` times matmuls and a convolution under each
-(`precision_probe`, at most ~2 s, once per process) and `tfaccel.Trainer(...,
+(`precision_probe`, at most ~2 s, once per machine: its rates are cached in a file
+under $TFACCEL_CACHE_DIR, default ~/.cache/tfaccel) and `tfaccel.Trainer(...,
 precision="auto")` times the user's own training step; both keep float32 unless
 another candidate is at least `MIN_GAIN` (5 %) faster. On CPUs with AMX a CNN trained
 3.5x faster in `mixed_bfloat16` and a tiny MLP 13 % slower: the choice is per model.
@@ -25,6 +26,8 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
+import os
+import platform
 import warnings
 
 import keras
@@ -58,7 +61,8 @@ class Choice:
     """A dtype policy name, the reason it was chosen, and what was measured.
 
     `rates` maps each candidate to its measured rate (examples/s for a training step,
-    FLOP/s for the operation probe); empty when nothing was measured.
+    FLOP/s for the operation probe); empty when nothing was measured. `source` says
+    where rates not measured by this process come from (the operation probe's cache).
     """
 
     policy: str
@@ -66,6 +70,7 @@ class Choice:
     rates: dict = dataclasses.field(default_factory=dict)
     unit: str = ""
     cost_s: float = 0.0  # what measuring took (tracing included)
+    source: str = ""
 
     def describe(self) -> str:
         """One line for a settings table: the choice, why, and the measured rates."""
@@ -76,16 +81,35 @@ class Choice:
 
 
 @functools.cache
-def cpu_flags() -> frozenset:
-    """The instruction-set flags of this machine's CPU (Linux /proc/cpuinfo; else empty)."""
+def _cpuinfo(*fields: str) -> str:
+    """The value of the first of `fields` in Linux's /proc/cpuinfo ("" elsewhere)."""
     try:
         with open("/proc/cpuinfo") as info:
             for line in info:
-                if line.startswith(("flags", "Features")):
-                    return frozenset(line.split(":", 1)[1].split())
+                if line.startswith(fields) and ":" in line:
+                    return line.split(":", 1)[1].strip()
     except OSError:
         pass
-    return frozenset()
+    return ""
+
+
+def cpu_flags() -> frozenset:
+    """The instruction-set flags of this machine's CPU (Linux /proc/cpuinfo; else empty)."""
+    return frozenset(_cpuinfo("flags", "Features").split())
+
+
+def machine() -> dict:
+    """What the operations' rates depend on in the hardware (the probe cache's key): the
+    host, the CPU's model, flags and count, and each GPU's name and compute capability."""
+    affinity = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else ()
+    return {
+        "host": platform.node(),
+        "platform": platform.platform(),
+        "cpu": _cpuinfo("model name", "Hardware", "CPU part") or platform.processor(),
+        "cpu_flags": sorted(cpu_flags()),
+        "cpus": [os.cpu_count(), len(affinity)],
+        "gpus": [[g.name, list(g.compute_capability or ())] for g in devices.list_gpus()],
+    }
 
 
 def candidates(gpus: list[devices.GPU] | None = None, flags=None) -> tuple[list[str], str]:
@@ -145,7 +169,8 @@ def choose(gpus: list[devices.GPU] | None = None, flags=None) -> Choice:
     """Chooses the dtype policy for this machine, or for hypothetical `gpus` / CPU `flags`.
 
     On this machine (both None) several candidates are timed with `precision_probe`
-    (matmuls and a convolution, once per process). For hypothetical hardware nothing can
+    (matmuls and a convolution, once per machine: `precision_probe.cached_rates`; the
+    reason says when the rates were read from its cache). For hypothetical hardware nothing can
     be timed: the rule's pick (the first candidate after float32: bfloat16 where there
     is one) is returned, and the reason says it was not measured.
     """
@@ -156,7 +181,9 @@ def choose(gpus: list[devices.GPU] | None = None, flags=None) -> Choice:
         return Choice(policies[1], f"{why} (by rule, not measured)")
     from tfaccel import precision_probe  # TensorFlow work, only when there is a choice
 
-    return decide(precision_probe.op_rates(tuple(policies)), "FLOP/s", precision_probe.WHAT)
+    rates, source = precision_probe.cached_rates(tuple(policies), machine())
+    what = f"{precision_probe.WHAT}; {source}" if source else precision_probe.WHAT
+    return dataclasses.replace(decide(rates, "FLOP/s", what), source=source)
 
 
 def resolve(policy: str = "auto", gpus: list[devices.GPU] | None = None) -> str:

@@ -1,21 +1,45 @@
 """The operation-level precision probe behind `precision.choose()` on this machine.
 
 Times a matmul and a convolution of typical training sizes under each candidate's
-compute dtype, in alternating rounds after a warm-up, for at most `BUDGET_S` seconds,
-once per process (the result is cached). A training step mixes these with element-wise
-work, so the Trainer's `precision="auto"` times the model's own step instead.
+compute dtype, in alternating rounds after a warm-up, for at most `BUDGET_S` seconds.
+A training step mixes these with element-wise work, so the Trainer's `precision="auto"`
+times the model's own step instead.
+
+The rates are a fact about the machine, not the model: `cached_rates` keeps them across
+processes in a small JSON file under `cache_dir()` ($TFACCEL_CACHE_DIR, default
+~/.cache/tfaccel), named by a digest of everything they depend on (the machine's
+description its caller gives: host, CPU model and flags, GPUs; TensorFlow's and Keras's
+versions, the threads TensorFlow may use, the policies and this probe's parameters). A
+file of another machine, TensorFlow or probe is never read as this one's; an unreadable,
+corrupt or mismatched file is measured again (and rewritten), never an error; a cache
+that cannot be written costs nothing but the next process's measurement.
 """
 
 from __future__ import annotations
 
+import datetime
 import functools
+import hashlib
+import json
+import logging
+import math
+import os
+import pathlib
+import tempfile
 import time
 
 import keras
 import tensorflow as tf
 
+from tfaccel import strict_json
+
 BUDGET_S = 2.0
 WHAT = "a 1024x1024 matmul and a 3x3 convolution (32x32x64, batch 16)"
+MAX_ROUNDS = 5
+VERSION = 1  # this probe's operations and rules: bump when `_ops` or `op_rates` change
+CACHE_ENV = "TFACCEL_CACHE_DIR"
+"""The environment variable naming the cache directory (default ~/.cache/tfaccel)."""
+logger = logging.getLogger("tfaccel")
 
 
 def _ops(dtype: tf.DType):
@@ -57,9 +81,91 @@ def op_rates(policies: tuple[str, ...], budget_s: float = BUDGET_S) -> dict[str,
         for fn, args, _ in ops[p]:
             _seconds(fn, args)
     rounds = 0
-    while rounds < 1 or (rounds < 5 and time.perf_counter() - began < budget_s):
+    while rounds < 1 or (rounds < MAX_ROUNDS and time.perf_counter() - began < budget_s):
         for p in policies if rounds % 2 == 0 else reversed(policies):
             for i, (fn, args, _) in enumerate(ops[p]):
                 best[p][i] = min(best[p][i], _seconds(fn, args))
         rounds += 1
     return {p: sum(f for _, _, f in ops[p]) / sum(best[p]) for p in policies}
+
+
+def cache_dir() -> pathlib.Path:
+    """Where `cached_rates` keeps its files: $TFACCEL_CACHE_DIR, else ~/.cache/tfaccel."""
+    return pathlib.Path(os.environ.get(CACHE_ENV) or pathlib.Path.home() / ".cache" / "tfaccel")
+
+
+def cache_key(policies: tuple[str, ...], budget_s: float, machine: dict) -> dict:
+    """Everything the rates depend on: `machine` (the caller's description of the
+    hardware) and what this module knows (versions, threads, the probe itself)."""
+    threading = tf.config.threading
+    return {
+        "machine": machine,
+        "tensorflow": tf.__version__,
+        "keras": keras.__version__,
+        "threads": [
+            threading.get_intra_op_parallelism_threads(),
+            threading.get_inter_op_parallelism_threads(),
+        ],
+        "probe": {"what": WHAT, "version": VERSION, "budget_s": budget_s, "rounds": MAX_ROUNDS},
+        "policies": list(policies),
+    }
+
+
+def cache_file(key: dict) -> pathlib.Path:
+    """The file of `key`'s rates (named by a digest of the key)."""
+    digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:20]
+    return cache_dir() / f"op_rates-{digest}.json"
+
+
+def cached_rates(
+    policies: tuple[str, ...], machine: dict, budget_s: float = BUDGET_S
+) -> tuple[dict[str, float], str]:
+    """`(op_rates(policies), where they come from)`: read from the cache file of this key
+    when it holds them ("" when measured now, then written there); once per process."""
+    key = cache_key(tuple(policies), budget_s, machine)
+    return _rates_for(str(cache_file(key)), json.dumps(key, sort_keys=True))
+
+
+@functools.cache
+def _rates_for(path: str, key_text: str) -> tuple[dict[str, float], str]:
+    key = json.loads(key_text)
+    policies = tuple(key["policies"])
+    found = _read(pathlib.Path(path), key)
+    if found is not None:
+        rates, when = found
+        return rates, f"rates read from the cache {path}, measured {when}"
+    rates = op_rates(policies, key["probe"]["budget_s"])
+    when = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    _write(pathlib.Path(path), {"key": key, "rates": rates, "measured": when})
+    return rates, ""
+
+
+def _read(path: pathlib.Path, key: dict) -> tuple[dict[str, float], str] | None:
+    """The rates and their date from `path` when it holds `key`'s, all finite and > 0."""
+    try:
+        stored = json.loads(path.read_text())
+        rates = {p: float(stored["rates"][p]) for p in key["policies"]}
+        when = str(stored["measured"])
+        if stored["key"] != key or not all(math.isfinite(r) and r > 0 for r in rates.values()):
+            raise ValueError("another key, or rates not finite and positive")
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError, TypeError, KeyError, AttributeError) as error:
+        logger.info("The operations' rates cache %s is not usable (%s): measuring.", path, error)
+        return None
+    return rates, when
+
+
+def _write(path: pathlib.Path, content: dict) -> None:
+    """Writes `content` to `path` whole (a temporary file renamed), or logs why not."""
+    temporary = None
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile("w", dir=path.parent, delete=False, suffix=".tmp") as f:
+            temporary = f.name
+            f.write(strict_json.dumps(content, indent=1, sort_keys=True))
+        os.replace(temporary, path)
+    except OSError as error:
+        logger.info("The operations' rates were not cached in %s (%s).", path, error)
+        if temporary is not None:
+            pathlib.Path(temporary).unlink(missing_ok=True)
