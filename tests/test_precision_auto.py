@@ -176,6 +176,27 @@ def test_the_copy_under_a_policy_keeps_weights_and_a_float32_head():
     np.testing.assert_allclose(out.numpy(), reference, atol=0.05)  # bfloat16's 8-bit mantissa
 
 
+@pytest.mark.parametrize("policy", ["mixed_bfloat16", "bfloat16"])
+def test_the_copy_s_weights_are_its_own_values_not_shared(mirrored, policy):
+    with mirrored.scope():
+        model = build()
+        copy = precision_step.under(model, policy)
+    assert copy.layers[0].kernel.dtype == keras.DTypePolicy(policy).variable_dtype  # head: f32
+    for a, b in zip(weights(model), weights(copy), strict=True):
+        np.testing.assert_allclose(b.astype("float32"), a, rtol=1e-2)  # bfloat16: rounded
+    before = weights(model)
+    for w in copy.weights:
+        w.assign(w + 1.0)
+    for a, b in zip(before, weights(model), strict=True):
+        np.testing.assert_array_equal(a, b)  # the source's untouched
+
+
+def test_a_copy_whose_weights_do_not_pair_up_says_so():
+    wider = keras.Sequential([keras.Input((12,)), keras.layers.Dense(33), keras.layers.Dense(2)])
+    with pytest.raises(ValueError, match="could not be copied"):
+        precision_step.under(build(), "mixed_bfloat16", builder=lambda: wider)
+
+
 def test_a_compiled_model_is_trained_as_a_copy_and_gets_its_weights_back():
     model = build()
     model.compile(
