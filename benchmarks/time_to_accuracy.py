@@ -12,7 +12,8 @@ same for every contender), so their seconds understate a shorter path. A fifth j
 minutes, generated offline: `cifar_shaped_cnn`, `batch_size_jobs.py`'s CIFAR-shaped data
 (20,000 synthetic 32x32x3 images of 10 class templates, shifted, mixed with a distractor
 and noised; 5,000 held out) and its small CNN, run with the baseline, one-cycle, "fast"
-and the expert recipe only (the run must fit two shared cores).
+(`model.fit` and the Trainer) and the expert recipe only (the run must fit two shared
+cores).
 
 Each job is split once (stratified, 30 % held out). The baseline is the script a user
 writes: `model.compile(Adam())`, batch 32, a fixed number of epochs, validation each
@@ -154,7 +155,7 @@ JOBS = {
         data=cifar_shaped,
         build=small_cnn,
         epochs=10,
-        contenders=("one_cycle", "fast", "expert"),
+        contenders=("one_cycle", "fast", "trainer_fast", "expert"),
     ),
 }
 
