@@ -17,7 +17,8 @@ The probe pays only when the job is long enough to earn it back: it runs at leas
 `probe_steps(n)` steps of the model's passes (a warm-up of two calls and `ROUNDS` timed
 calls per candidate), while the most a candidate can save is `1 - 1/gain` of every
 training step, the gain bounded by the operations' rates that `precision.choose`
-measured once per process (matmuls and a convolution; a whole step gains less). A job
+measured once per machine (matmuls and a convolution, cached in a file; a whole step
+gains less). A job
 of fewer steps than `probe_steps(n) / (1 - 1/gain)` times nothing of the model: it
 takes the operations' pick when that is `RULE_GAIN` (1.5x) float32's or more, else
 keeps the model's policy, with the reason (the mixed-precision guide's dense model,
@@ -78,7 +79,7 @@ def too_short(policies: list[str], job_steps: int | None) -> str | None:
     """
     if job_steps is None or len(policies) < 2:
         return None
-    rates = precision.choose().rates  # the operations' FLOP/s, once per process
+    rates = precision.choose().rates  # the operations' FLOP/s, once per machine (cached)
     if "float32" not in rates or rates["float32"] <= 0:
         return None
     gain = max(rates.get(p, 0.0) for p in policies if p != "float32") / rates["float32"]
