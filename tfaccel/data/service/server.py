@@ -22,6 +22,7 @@ NO_AUTHENTICATION = (
 )
 READY = "tfaccel data-service ready:"
 STOP_WAIT_S = 10.0  # what a stopping server may take before the process ends anyway
+SIGNAL_POLL_S = 0.25  # the longest a signal delivered to another thread waits for its handler
 """The start of the line a server prints once it listens."""
 
 
@@ -129,10 +130,15 @@ def serve_worker(
 
 def _serve(server) -> None:
     """Serves until a signal ends this process; Ctrl-C (`KeyboardInterrupt`) stops the
-    server first. (TensorFlow's `join` holds the interpreter: Ctrl-C would go unheard.)"""
+    server first. (TensorFlow's `join` holds the interpreter: Ctrl-C would go unheard.)
+
+    The wait is in short sleeps: the kernel may deliver Ctrl-C's SIGINT to any of
+    TensorFlow's threads, and Python runs its handler only when the main thread next
+    runs Python code — after a sleep of an hour, an hour later (seen once, under load).
+    """
     try:
         while True:
-            time.sleep(3600)
+            time.sleep(SIGNAL_POLL_S)
     finally:  # bounded: a worker's stop can wait on its dispatcher
         stopper = threading.Thread(target=server._stop, daemon=True)
         stopper.start()
