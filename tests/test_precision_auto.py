@@ -282,3 +282,43 @@ def test_a_short_fit_takes_the_operations_pick_when_it_is_far_faster(monkeypatch
     t.fit(data(), epochs=1, verbose=0)  # 8 steps: the probe's 10 cannot pay back
     assert not timed and t.model.dtype_policy.name == "mixed_bfloat16"
     assert "by the operations' rates, 2.50x" in t.settings["dtype_policy"]
+
+
+def test_the_workers_of_a_multi_worker_job_decide_from_the_same_operation_rates(monkeypatch):
+    """One worker reads bfloat16's operations 1.2x float32's, the other 2.0x (noise, or one
+    read the cache while the other measured): alone they would take different policies
+    (a different model on each: its collectives no longer pair up). Agreed, both take the
+    largest readings and decide alike, for a short job (the operations' pick) and a long
+    one (both time the model)."""
+    readings = [
+        {"float32": 1.0e9, "mixed_bfloat16": 1.2e9},
+        {"float32": 0.9e9, "mixed_bfloat16": 2.0e9},
+    ]
+    monkeypatch.setattr(precision, "candidates", lambda: (["float32", "mixed_bfloat16"], "x"))
+    monkeypatch.setattr(precision_step, "is_multi_worker", lambda strategy: True)
+    timed, measured = [], {"float32": 1.0, "mixed_bfloat16": 3.0}
+    monkeypatch.setattr(
+        precision_step,
+        "time_policies",
+        lambda *a, **k: timed.append(1) or dict(rates=measured, rounds=3, steps=1, seconds=0),
+    )
+    alone, agreed = [], []
+    for me, other in ((0, 1), (1, 0)):
+        mine = precision.decide(readings[me], "FLOP/s", "this worker's operations")
+        monkeypatch.setattr(precision, "choose", lambda *a, mine=mine, **k: mine)
+        alone.append(precision_step.by_operations("float32", "short").policy)
+        others = iter(readings[other][p] for p in sorted(readings[other]))
+        monkeypatch.setattr(precision_step, "agree", lambda s, v, o=others: max(v, next(o)))
+        ops = precision_step.operations(strategy=object())
+        assert ops.rates == {"float32": 1.0e9, "mixed_bfloat16": 2.0e9}
+        for steps in (8, 10_000):
+            others = iter(readings[other][p] for p in sorted(readings[other]))
+            monkeypatch.setattr(precision_step, "agree", lambda s, v, o=others: max(v, next(o)))
+            agreed.append(precision_step.choose(build(), None, object(), None, job_steps=steps))
+    assert alone == ["float32", "mixed_bfloat16"]  # what each would have done on its own
+    short, long = agreed[0::2], agreed[1::2]
+    assert [c.policy for c in short] == ["mixed_bfloat16"] * 2
+    assert all("by the operations' rates, 2.00x" in c.reason for c in short)
+    assert [c.policy for c in long] == ["mixed_bfloat16"] * 2 and timed == [1, 1]
+    monkeypatch.setattr(precision_step, "is_multi_worker", lambda strategy: False)
+    assert precision_step.operations(object()).rates == readings[1]  # one worker: its own

@@ -23,7 +23,10 @@ of fewer steps than `probe_steps(n) / (1 - 1/gain)` times nothing of the model: 
 takes the operations' pick when that is `RULE_GAIN` (1.5x) float32's or more, else
 keeps the model's policy, with the reason (the mixed-precision guide's dense model,
 scaled to this CPU: a 14.9 s probe for a 12-step job; bfloat16's operations 2.36x
-float32's, its training steps about 2x).
+float32's, its training steps about 2x). On a multi-worker job the workers decide from the
+same rates (`operations`): each worker's own reading, or one read from the cache while
+another measured, would let one time the model (collectives the others never call) or
+copy it under another policy.
 """
 
 from __future__ import annotations
@@ -40,7 +43,7 @@ import numpy as np
 import tensorflow as tf
 
 from tfaccel import precision
-from tfaccel.train.loop.agreement import agree
+from tfaccel.train.loop.agreement import agree, is_multi_worker
 from tfaccel.train.step import iterators
 from tfaccel.train.step.passes import GradientLoops
 from tfaccel.train.step.runner import build_symbolically
@@ -56,10 +59,23 @@ def probe_steps(candidates: int) -> int:
     return candidates * (2 + ROUNDS)
 
 
-def by_operations(kept: str, short: str) -> precision.Choice:
-    """A job too short to time the model: the operations' pick when it is `RULE_GAIN` times
-    float32's or more (a whole step gains less than its matmuls), else `kept`."""
+def operations(strategy=None) -> precision.Choice:
+    """`precision.choose()` (the operations' rates, once per machine); on a multi-worker
+    job every rate is agreed first (the largest any worker read), so that every worker
+    makes the same decisions from them."""
     ops = precision.choose()
+    if strategy is None or not ops.rates or not is_multi_worker(strategy):
+        return ops
+    rates = {p: agree(strategy, r) for p, r in sorted(ops.rates.items())}
+    what = "the operations' rates, each the largest any worker read"
+    return dataclasses.replace(precision.decide(rates, ops.unit, what), source=ops.source)
+
+
+def by_operations(kept: str, short: str, ops: precision.Choice | None = None) -> precision.Choice:
+    """A job too short to time the model: the operations' pick (`ops`, default this
+    machine's) when it is `RULE_GAIN` times float32's or more (a whole step gains less
+    than its matmuls), else `kept`."""
+    ops = ops or precision.choose()
     gain = ops.rates.get(ops.policy, 0.0) / ops.rates.get("float32", float("inf"))
     if ops.policy != "float32" and gain >= RULE_GAIN:
         return precision.Choice(
@@ -72,14 +88,17 @@ def by_operations(kept: str, short: str) -> precision.Choice:
     return precision.Choice(kept, f"kept: not measured ({short})")
 
 
-def too_short(policies: list[str], job_steps: int | None) -> str | None:
-    """Why timing `policies` on a job of `job_steps` steps cannot pay (None: it may).
+def too_short(
+    policies: list[str], job_steps: int | None, ops: precision.Choice | None = None
+) -> str | None:
+    """Why timing `policies` on a job of `job_steps` steps cannot pay (None: it may), from
+    the operations' rates (`ops`, default this machine's: once per machine, cached).
 
     Unknown length, or operations' rates not measured (hypothetical hardware): None.
     """
     if job_steps is None or len(policies) < 2:
         return None
-    rates = precision.choose().rates  # the operations' FLOP/s, once per machine (cached)
+    rates = (ops or precision.choose()).rates
     if "float32" not in rates or rates["float32"] <= 0:
         return None
     gain = max(rates.get(p, 0.0) for p in policies if p != "float32") / rates["float32"]
@@ -274,9 +293,10 @@ def choose(
     policies, why = precision.candidates()
     if len(policies) == 1:
         return precision.Choice("float32", why)
-    short = too_short(policies, job_steps)
+    ops = operations(strategy) if job_steps is not None else None
+    short = too_short(policies, job_steps, ops)
     if short:
-        return by_operations(model.dtype_policy.name, short)
+        return by_operations(model.dtype_policy.name, short, ops)
     measured = time_policies(
         model, loss, strategy, feed, policies, builder=builder, epoch_steps=epoch_steps
     )
