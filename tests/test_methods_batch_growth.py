@@ -124,6 +124,16 @@ def test_the_final_batch_from_a_gradient_noise_scale():
     assert methods.ProgressiveBatch(final=math.inf).growth(32) == 64  # unbounded: the most
 
 
+def test_without_a_final_batch_it_grows_by_growth_in_its_stages():
+    method = methods.ProgressiveBatch(growth=8, stages=4, until=0.4)
+    methods.for_fit([method], model(), data(batch=4), epochs=10, loss=LOSS)
+    assert method.factors == (1, 2, 4, 8) and "x8" in method.changes
+    assert "final: 8x the start" in method.changes
+    # the first three stages share the first 40 % of the 10 epochs; x8 from epoch 4 on
+    assert [method.callback.factor_at(e) for e in range(10)] == [1, 1, 2, 4, 8, 8, 8, 8, 8, 8]
+    assert methods.ProgressiveBatch().growth(32) == 4  # the default
+
+
 def test_the_trainer_refuses_it_and_fast_drops_it_there_with_the_reason():
     job = methods.Job(model(), LOSS, keras.optimizers.Adam(), data().element_spec, 2, 16, 4)
     with pytest.raises(ValueError, match="one\\s+global batch"):
@@ -146,6 +156,10 @@ def test_the_trainer_refuses_it_and_fast_drops_it_there_with_the_reason():
         (dict(final=0), "final"),
         (dict(final="big"), "final"),
         (dict(rate_power=2), "rate_power"),
+        (dict(growth=3), "growth"),
+        (dict(growth=1), "growth"),
+        (dict(growth=128), "growth"),
+        (dict(growth=True), "growth"),
     ],
 )
 def test_bad_arguments_are_refused(kwargs, match):

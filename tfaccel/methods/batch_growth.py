@@ -112,11 +112,13 @@ class ProgressiveBatch(Method):
         final: the last batch: an int (a power-of-two multiple of the job's batch is
             used, the nearest), a gradient noise scale (`tuning.gradient_noise_scale(...)`
             or a float B_simple such as a `find_batch_size` report's `noise_scale`; inf:
-            the most growth, `MAX_GROWTH`), or None: 4 x the job's batch.
+            the most growth, `MAX_GROWTH`), or None: `growth` x the job's batch.
         stages: the number of batch sizes (>= 2), the last `final`.
         until: the share of the epochs after which the batch is `final`, in (0, 1].
         rate_power: the learning rate is multiplied by growth ** rate_power (0.5: Adam's
             square-root rule; 1: SGD's linear rule; 0: unchanged).
+        growth: the final batch over the job's when `final` is None: a power of two, 2 to
+            `MAX_GROWTH` (default 4).
 
     Raises:
         ValueError: bad `stages` / `until` / `final`; at `check`, a job without a static
@@ -126,7 +128,15 @@ class ProgressiveBatch(Method):
     name = "progressive batch"
     stateful = "the batch is a function of the epoch"
 
-    def __init__(self, final=None, stages: int = 3, until: float = 0.5, rate_power=0.5):
+    def __init__(
+        self, final=None, stages: int = 3, until: float = 0.5, rate_power=0.5, growth: int = 4
+    ):
+        powers = [2**k for k in range(1, int(math.log2(MAX_GROWTH)) + 1)]
+        if isinstance(growth, bool) or growth not in powers:
+            raise ValueError(
+                f"ProgressiveBatch growth must be a power of two from 2 to {MAX_GROWTH}, "
+                f"got {growth!r}."
+            )
         if isinstance(stages, bool) or int(stages) != stages or stages < 2:
             raise ValueError(f"ProgressiveBatch stages must be an integer >= 2, got {stages!r}.")
         if not 0 < until <= 1:
@@ -142,7 +152,7 @@ class ProgressiveBatch(Method):
         if isinstance(rate_power, bool) or not 0 <= rate_power <= 1:
             raise ValueError(f"ProgressiveBatch rate_power must be in [0, 1], got {rate_power!r}.")
         self.final, self.stages, self.until = final, int(stages), float(until)
-        self.rate_power = float(rate_power)
+        self.rate_power, self.default_growth = float(rate_power), int(growth)
         self.factors: tuple[int, ...] = ()
         self.callback: SetBatchGrowth | None = None
 
@@ -163,7 +173,7 @@ class ProgressiveBatch(Method):
 
     def _source(self) -> str:
         if self.final is None:
-            return "default final: 4x the start"
+            return f"final: {self.default_growth}x the start"
         if self._noise() is not None:
             return f"final from the gradient noise scale B_simple ≈ {self._noise():.0f}"
         return f"final batch {self.final}"
@@ -171,7 +181,7 @@ class ProgressiveBatch(Method):
     def growth(self, start: int) -> int:
         """The final batch over the start, a power of two."""
         if self.final is None:
-            return 4
+            return self.default_growth
         noise = self._noise()
         return _pow2_growth(float(self.final) if noise is None else noise, start)
 
