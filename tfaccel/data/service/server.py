@@ -21,9 +21,9 @@ NO_AUTHENTICATION = (
     "this port can read the data and run pipelines here. Run it on a trusted network only."
 )
 READY = "tfaccel data-service ready:"
+"""The start of the line a server prints once it listens."""
 STOP_WAIT_S = 10.0  # what a stopping server may take before the process ends anyway
 SIGNAL_POLL_S = 0.25  # the longest a signal delivered to another thread waits for its handler
-"""The start of the line a server prints once it listens."""
 
 
 def check_port_free(port: int) -> None:
