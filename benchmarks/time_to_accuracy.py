@@ -13,7 +13,8 @@ minutes, generated offline: `cifar_shaped_cnn`, `batch_size_jobs.py`'s CIFAR-sha
 (20,000 synthetic 32x32x3 images of 10 class templates, shifted, mixed with a distractor
 and noised; 5,000 held out) and its small CNN, run with the baseline, one-cycle, "fast"
 (`model.fit` and the Trainer) and the expert recipe only (the run must fit two shared
-cores).
+cores). A sixth, the sequence job of minutes: `cifar_shaped_sequence`, the same images
+read as 32 rows of 96 values by a GRU (baseline, "fast" both ways, expert).
 
 Each job is split once (stratified, 30 % held out). The baseline is the script a user
 writes: `model.compile(Adam())`, batch 32, a fixed number of epochs, validation each
@@ -113,6 +114,17 @@ def cifar_shaped():
     return xt, xv, yt, yv
 
 
+def cifar_shaped_rows():
+    xt, xv, yt, yv = cifar_shaped()
+    return xt.reshape(-1, 32, 96), xv.reshape(-1, 32, 96), yt, yv
+
+
+def wide_gru():
+    return keras.Sequential(
+        [keras.Input((32, 96)), keras.layers.GRU(64), keras.layers.Dense(10, activation="softmax")]
+    )
+
+
 def small_cnn():
     import batch_size_jobs
 
@@ -157,6 +169,13 @@ JOBS = {
         epochs=10,
         contenders=("one_cycle", "fast", "trainer_fast", "expert"),
     ),
+    "cifar_shaped_sequence": dict(
+        kind="sequence",
+        data=cifar_shaped_rows,
+        build=wide_gru,
+        epochs=10,
+        contenders=("fast", "trainer_fast", "expert"),
+    ),
 }
 
 CONTENDERS = {
@@ -186,6 +205,7 @@ EXPERT_BATCH = {
     "digits_sequence": 128,
     "breast_cancer_mlp": 200,
     "cifar_shaped_cnn": 128,
+    "cifar_shaped_sequence": 128,
 }
 # Contenders trained by `tfaccel.Trainer` instead of `model.fit` (the same data, optimizer
 # and methods): what a user of `Trainer(..., methods="fast")` gets, its faster steps included.

@@ -386,6 +386,19 @@ def test_fast_resolves_per_kind_and_unknown_names_are_refused():
         methods.resolve([keras.callbacks.EarlyStopping()])
 
 
+def test_fast_for_a_sequence_depends_on_the_jobs_length():
+    def stack(steps):
+        chosen = methods.resolve("fast", kind="sequence", job=job(epochs=10, steps=steps))
+        return [(m.name, getattr(m, "scale", None)) for m in chosen]
+
+    short = methods.LONG_SEQUENCE_STEPS // 10 - 1  # ten epochs of it: one step short
+    assert stack(short) == [("one-cycle", 10.0), ("label smoothing", None)]
+    long = stack(methods.LONG_SEQUENCE_STEPS // 10)
+    assert long == [("progressive batch", None), ("one-cycle", 3.0), ("label smoothing", None)]
+    names = [m.name for m in methods.resolve("fast", kind="sequence")]  # no job: the short one
+    assert names == ["one-cycle", "label smoothing"]
+
+
 REGRESSION = dataset(X, X[:, 0])
 
 

@@ -28,7 +28,15 @@ Example:
 from tfaccel.methods.averaging import EMA, SwapAverages
 from tfaccel.methods.base import Job, Method, Plan
 from tfaccel.methods.batch_growth import ProgressiveBatch
-from tfaccel.methods.composition import FAST, compose, for_fit, kind_of, plan_for, resolve
+from tfaccel.methods.composition import (
+    FAST,
+    LONG_SEQUENCE_STEPS,
+    compose,
+    for_fit,
+    kind_of,
+    plan_for,
+    resolve,
+)
 from tfaccel.methods.depth import StochasticDepth
 from tfaccel.methods.freezing import LayerFreezing
 from tfaccel.methods.label_methods import CutMix, LabelSmoothing, MixUp
@@ -38,6 +46,7 @@ from tfaccel.methods.schedules import OneCycle, WarmupCosine
 __all__ = [
     "EMA",
     "FAST",
+    "LONG_SEQUENCE_STEPS",
     "CutMix",
     "Job",
     "LabelSmoothing",
