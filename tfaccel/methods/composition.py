@@ -71,9 +71,9 @@ def _fast_image(job=None):
 # A sequence job of at least this many optimizer steps (at its own batch) grows its batch
 # and peaks at 3x; a shorter one stays at its batch and peaks at 10x. Measured on two GRU
 # jobs: at 10x the CIFAR-shaped rows' GRU (6,250 steps) fell from 0.68 to 0.39 held-out
-# accuracy at the peak on every seed, with or without the growth, while the digits' GRU
-# (800 steps) reached its target in a third of the epochs; grown at 3x, the digits' GRU
-# never reached its target (its 1,257 examples make 5 steps an epoch at batch 256).
+# accuracy at the peak on every seed (grown too, on the one seed tried), while the
+# digits' GRU (800 steps) reached its target in a third of the epochs; grown at 3x, the
+# digits' GRU never reached its target (1,257 examples make 5 steps an epoch at batch 256).
 LONG_SEQUENCE_STEPS = 2_000
 
 
@@ -99,9 +99,9 @@ def _fast_tabular(job=None):
 # the larger batches make fewer: it peaks after about one epoch of ten and is decaying by
 # the second (on the CIFAR-shaped job the target came in two epochs on every seed, 0.36x
 # the baseline, against three and 0.53x when grown 4x over half the epochs); sequence:
-# by the job's length (LONG_SEQUENCE_STEPS); tabular: one cycle at 3x (10x overshot the small MLP's
-# target). MixUp, CutMix, progressive resizing, EMA and layer freezing slowed the jobs
-# they ran on; they stay available, not in "fast".
+# by the job's length (LONG_SEQUENCE_STEPS); tabular: one cycle at 3x (10x overshot the
+# small MLP's target). MixUp, CutMix, progressive resizing, EMA and layer freezing slowed
+# the jobs they ran on; they stay available, not in "fast".
 FAST = {"image": _fast_image, "sequence": _fast_sequence, "tabular": _fast_tabular}
 """Job kind -> a function of the `Job` (or None) returning the fresh methods of "fast"."""
 
