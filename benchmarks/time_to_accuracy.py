@@ -14,7 +14,10 @@ minutes, generated offline: `cifar_shaped_cnn`, `batch_size_jobs.py`'s CIFAR-sha
 and noised; 5,000 held out) and its small CNN, run with the baseline, one-cycle, "fast"
 (`model.fit` and the Trainer) and the expert recipe only (the run must fit two shared
 cores). A sixth, the sequence job of minutes: `cifar_shaped_sequence`, the same images
-read as 32 rows of 96 values by a GRU (baseline, "fast" both ways, expert).
+read as 32 rows of 96 values by a GRU (baseline, "fast" both ways, expert); and a table of
+tens of seconds: `generated_table_mlp`, 40,000 rows of scikit-learn's `make_classification`
+(20 features, 4 classes of 3 clusters each, 2 % of the labels flipped; generated offline,
+the labels by construction) for an MLP (64, 64).
 
 Each job is split once (stratified, 30 % held out). The baseline is the script a user
 writes: `model.compile(Adam())`, batch 32, a fixed number of epochs, validation each
@@ -114,6 +117,28 @@ def cifar_shaped():
     return xt, xv, yt, yv
 
 
+def generated_table(split_seed=0):
+    x, y = datasets.make_classification(
+        n_samples=40_000,
+        n_features=20,
+        n_informative=12,
+        n_redundant=4,
+        n_classes=4,
+        n_clusters_per_class=3,
+        flip_y=0.02,
+        random_state=0,
+    )
+    xt, xv, yt, yv = model_selection.train_test_split(
+        x, y.astype("int32"), test_size=0.3, stratify=y, random_state=split_seed
+    )
+    scaler = preprocessing.StandardScaler().fit(xt)
+    return [scaler.transform(a).astype("float32") for a in (xt, xv)] + [yt, yv]
+
+
+def wide_mlp():
+    return tfaccel.models.mlp(input_shape=(20,), hidden=(64, 64), num_classes=4)
+
+
 def cifar_shaped_rows():
     xt, xv, yt, yv = cifar_shaped()
     return xt.reshape(-1, 32, 96), xv.reshape(-1, 32, 96), yt, yv
@@ -176,6 +201,13 @@ JOBS = {
         epochs=10,
         contenders=("fast", "trainer_fast", "expert"),
     ),
+    "generated_table_mlp": dict(
+        kind="tabular",
+        data=generated_table,
+        build=wide_mlp,
+        epochs=20,
+        contenders=("one_cycle", "fast", "trainer_fast", "expert"),
+    ),
 }
 
 CONTENDERS = {
@@ -206,6 +238,7 @@ EXPERT_BATCH = {
     "breast_cancer_mlp": 200,
     "cifar_shaped_cnn": 128,
     "cifar_shaped_sequence": 128,
+    "generated_table_mlp": 200,
 }
 # Contenders trained by `tfaccel.Trainer` instead of `model.fit` (the same data, optimizer
 # and methods): what a user of `Trainer(..., methods="fast")` gets, its faster steps included.

@@ -386,17 +386,25 @@ def test_fast_resolves_per_kind_and_unknown_names_are_refused():
         methods.resolve([keras.callbacks.EarlyStopping()])
 
 
-def test_fast_for_a_sequence_depends_on_the_jobs_length():
-    def stack(steps):
-        chosen = methods.resolve("fast", kind="sequence", job=job(epochs=10, steps=steps))
+@pytest.mark.parametrize(
+    "kind, short_stack",
+    [
+        ("sequence", [("one-cycle", 10.0), ("label smoothing", None)]),
+        ("tabular", [("one-cycle", 3.0)]),
+    ],
+)
+def test_fast_for_sequences_and_tables_depends_on_the_jobs_length(kind, short_stack):
+    def stack(steps=None):
+        given = None if steps is None else job(epochs=10, steps=steps)
+        chosen = methods.resolve("fast", kind=kind, job=given)
         return [(m.name, getattr(m, "scale", None)) for m in chosen]
 
-    short = methods.LONG_SEQUENCE_STEPS // 10 - 1  # ten epochs of it: one step short
-    assert stack(short) == [("one-cycle", 10.0), ("label smoothing", None)]
-    long = stack(methods.LONG_SEQUENCE_STEPS // 10)
-    assert long == [("progressive batch", None), ("one-cycle", 3.0), ("label smoothing", None)]
-    names = [m.name for m in methods.resolve("fast", kind="sequence")]  # no job: the short one
-    assert names == ["one-cycle", "label smoothing"]
+    assert stack(methods.LONG_JOB_STEPS // 10 - 1) == short_stack  # ten epochs: 10 steps short
+    grown = [("progressive batch", None), ("one-cycle", 3.0), ("label smoothing", None)]
+    assert stack(methods.LONG_JOB_STEPS // 10) == grown
+    assert stack() == short_stack  # no job (names checked before fit): the short stack
+    images = methods.resolve("fast", kind="image", job=job(epochs=10, steps=1))
+    assert [m.name for m in images][0] == "progressive batch"  # images grow at any length
 
 
 REGRESSION = dataset(X, X[:, 0])

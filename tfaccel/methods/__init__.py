@@ -30,7 +30,7 @@ from tfaccel.methods.base import Job, Method, Plan
 from tfaccel.methods.batch_growth import ProgressiveBatch
 from tfaccel.methods.composition import (
     FAST,
-    LONG_SEQUENCE_STEPS,
+    LONG_JOB_STEPS,
     compose,
     for_fit,
     kind_of,
@@ -46,7 +46,7 @@ from tfaccel.methods.schedules import OneCycle, WarmupCosine
 __all__ = [
     "EMA",
     "FAST",
-    "LONG_SEQUENCE_STEPS",
+    "LONG_JOB_STEPS",
     "CutMix",
     "Job",
     "LabelSmoothing",
