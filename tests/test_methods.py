@@ -407,6 +407,30 @@ def test_fast_for_sequences_and_tables_depends_on_the_jobs_length(kind, short_st
     assert [m.name for m in images][0] == "progressive batch"  # images grow at any length
 
 
+def test_the_table_says_why_fast_chose_its_stack():
+    def plan(given, epochs):
+        opt = keras.optimizers.Adam()
+        loss = "sparse_categorical_crossentropy"
+        return methods.for_fit(
+            given, dense_model(), dataset(), epochs=epochs, loss=loss, optimizer=opt
+        )
+
+    steps = int(dataset().cardinality())
+    long = plan("fast", -(-methods.LONG_JOB_STEPS // steps)).table()
+    assert long[0][0] == "fast" and long[0][1].startswith("the stack measured best for tabular")
+    assert (
+        long[0][1].endswith("the batch grown 8x, the cycle at 3x")
+        and long[1][0] == "progressive batch"
+    )
+    short = plan("fast", 2).table()
+    assert short[0] == (
+        "fast",
+        f"the stack measured best for tabular jobs under 2,000 steps "
+        f"({2 * steps} steps): one batch",
+    )
+    assert all(name != "fast" for name, _ in plan([methods.OneCycle()], 2).table())
+
+
 REGRESSION = dataset(X, X[:, 0])
 
 

@@ -80,6 +80,7 @@ class Plan:
         maps: the batch maps the dataset gets (`transform` applies them).
         methods: the methods applied, in order.
         dropped: `(method name, why)` for methods left out by the composition rules.
+        chosen: why these methods, for `methods="fast"` (None when the user listed them).
         one_hot: whether sparse labels are turned into one-hot targets.
         smoothing: the label smoothing of the categorical loss.
     """
@@ -94,6 +95,7 @@ class Plan:
         self.finishers: list = []  # plan -> None, once every method is applied
         self.methods: list = []
         self.dropped: list[tuple[str, str]] = []
+        self.chosen: str | None = None
         self.one_hot = False
         self.smoothing = 0.0
         self.seed: int | None = None
@@ -115,8 +117,10 @@ class Plan:
         self.optimizer = rebuilt(self.optimizer, **changes)
 
     def table(self) -> list[tuple[str, str]]:
-        """`(method, what it changes)` rows, then `(method, "dropped: why")` rows."""
-        rows = [(m.name, m.changes) for m in self.methods]
+        """`("fast", why)` when "fast" chose, `(method, what it changes)` rows, then
+        `(method, "dropped: why")` rows."""
+        rows = [("fast", self.chosen)] if self.chosen else []
+        rows += [(m.name, m.changes) for m in self.methods]
         return rows + [(name, f"dropped: {why}") for name, why in self.dropped]
 
     def describe(self) -> str:

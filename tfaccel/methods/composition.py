@@ -84,6 +84,18 @@ def _long(job) -> bool:
     return job is not None and job.total_steps >= LONG_JOB_STEPS
 
 
+def _why_fast(kind: str, job: Job) -> str:
+    """What "fast" chose from: the job's kind and, for sequences and tables, its length."""
+    why = f"the stack measured best for {kind} jobs"
+    if kind == "image":
+        return why
+    steps = f"{job.total_steps:,} steps"
+    if _long(job):
+        grown = "the batch grown 8x, the cycle at 3x"
+        return f"{why} of {LONG_JOB_STEPS:,} steps or more ({steps}): {grown}"
+    return f"{why} under {LONG_JOB_STEPS:,} steps ({steps}): one batch"
+
+
 def _grown_at_3x():
     return [
         ProgressiveBatch(growth=8, stages=4, until=0.4),
@@ -200,9 +212,11 @@ def plan_for(methods, job: Job, *, kind: str | None = None, seed: int | None = N
     user named raises.
     """
     fast = methods == "fast"
-    chosen, dropped = compose(resolve(methods, kind or kind_of(job.element_spec), job))
+    kind = kind or kind_of(job.element_spec)
+    chosen, dropped = compose(resolve(methods, kind, job))
     plan = Plan(job)
     plan.dropped = dropped
+    plan.chosen = _why_fast(kind, job) if fast else None
     plan.seed = 0 if seed is None else int(seed)  # the batches' content varies the draws
     for method in chosen:
         try:
