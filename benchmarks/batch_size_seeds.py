@@ -16,7 +16,10 @@ interleaved by seed, and reads:
 `--tuned` adds the batch tuner's choice: `tuning.find_batch_size` probes the job once
 (from batch 32, the noise scale on, bounded by the job's size; its seconds reported as
 its cost, a share of batch 32's training) and `tuning.recommend` answers; each seed
-trains at that batch and rate. `train_tuned` also grows a batch in stages
+trains at that batch and rate with the recommendation's methods (`tuned`: a grown batch's
+one-cycle), or at the batch and rate alone (`tuned_batch`); `cycle` is the control, batch
+32 with the same one-cycle (3x Adam's rate). `--default-runs FILE` reuses batch 32's runs
+of an earlier file of the same session (the target's). `train_tuned` also grows a batch in stages
 (`methods.ProgressiveBatch`, given `grow_to` and `rate_power`): the growth experiments
 of `results/batch_size_seeds.growth.json`. Held-out accuracy is read every quarter of
 an epoch's examples (a grown batch makes fewer steps).
@@ -29,6 +32,7 @@ Run: `python benchmarks/batch_size_seeds.py [--seeds 3] [--tuned] [--only 32 tun
 from __future__ import annotations
 
 import argparse
+import json
 import pathlib
 import sys
 import time
@@ -79,6 +83,7 @@ def probe(job: dict) -> dict:
     choice = tfaccel.tuning.recommend(
         report, batch_size=job["batch_size"], learning_rate=job["learning_rate"], optimizer="adam"
     )
+    peaks = [m.peak for m in choice.methods if isinstance(m, methods.OneCycle)]
     seconds = time.perf_counter() - began
     tfaccel.tuning.release_memory()
     print(report.table(), "\n", choice.reason, flush=True)
@@ -86,6 +91,7 @@ def probe(job: dict) -> dict:
         "batch_size": choice.batch_size,
         "learning_rate": choice.learning_rate,
         "grow_to": None,  # the tuner's batch, not grown
+        "peak": peaks[0] if peaks else None,  # its one-cycle's peak rate
         "reason": choice.reason,
         "probe_seconds": seconds,
         "limits": report.to_dict()["limits"],
@@ -109,8 +115,9 @@ def train_tuned(job: dict, choice: dict, seed: int) -> dict:
         if choice["grow_to"]
         else []
     )
+    peak = choice.get("peak")  # one-cycle sized to the batch's steps, peaking there
     plan = methods.for_fit(
-        grown,
+        grown + ([methods.OneCycle(peak=peak)] if peak else []),
         model,
         data,
         epochs=epochs,
@@ -125,7 +132,7 @@ def train_tuned(job: dict, choice: dict, seed: int) -> dict:
     dataset = plan.dataset.prefetch(tf.data.AUTOTUNE)
     model.fit(dataset, epochs=epochs, callbacks=[*plan.callbacks, curve], shuffle=False, verbose=0)
     return {
-        "choice": {k: choice[k] for k in ("batch_size", "learning_rate", "grow_to")},
+        "choice": {k: choice.get(k) for k in ("batch_size", "learning_rate", "grow_to", "peak")},
         "stages": list(grown[0].factors) if grown else [1],
         "curve": curve.points,
         "final_accuracy": curve.points[-1][1],
@@ -159,24 +166,37 @@ def main(argv=None) -> dict:
     parser.add_argument("--seeds", type=int, default=3)
     parser.add_argument("--quick", action="store_true", help="a small job: a check only")
     parser.add_argument("--tuned", action="store_true", help="add the batch tuner's choice")
-    parser.add_argument("--only", nargs="*", default=None, help="contenders: 32 64 128 tuned")
+    parser.add_argument(
+        "--only", nargs="*", default=None, help="contenders: 32 64 128 tuned tuned_batch cycle"
+    )
+    parser.add_argument(
+        "--default-runs", default=None, help="a results file whose batch-32 runs to reuse"
+    )
     args = parser.parse_args(argv)
     job = batch_size_jobs.cifar_job(args.quick)
     epochs, rate = job["epochs"], job["learning_rate"]
     stem = "batch_size_seeds.quick" if args.quick else "batch_size_seeds"
-    contenders = list(BATCHES) + (["tuned"] if args.tuned else [])
+    contenders: list = list(BATCHES) + (["tuned"] if args.tuned else [])
     if args.only:
-        contenders = [c if c == "tuned" else int(c) for c in args.only]
-        contenders = ([32] if 32 not in contenders else []) + contenders  # the target's runs
+        contenders = [int(c) if c.isdigit() else c for c in args.only]
+        if 32 not in contenders and not args.default_runs:
+            contenders = [32, *contenders]  # the target's runs
         stem += "." + "_".join(str(c) for c in contenders)
     runs: dict = {c: [] for c in contenders}
+    if args.default_runs:  # batch 32's runs from an earlier file of the same session
+        runs = {32: json.loads(pathlib.Path(args.default_runs).read_text())["runs"]["32"], **runs}
     out = {"ran_at": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "quick": args.quick}
-    if "tuned" in contenders:
+    if any(str(c).startswith("tuned") for c in contenders):
         out["tuner"] = probe(job)
     for seed in range(args.seeds):
         for batch in contenders:
-            if batch == "tuned":
+            if batch == "tuned":  # the recommendation: batch, rate and methods
                 run = train_tuned(job, out["tuner"], seed)
+            elif batch == "tuned_batch":  # its batch and rate alone
+                run = train_tuned(job, {**out["tuner"], "peak": None}, seed)
+            elif batch == "cycle":  # the control: batch 32 with the same one-cycle
+                default = {"batch_size": 32, "learning_rate": rate, "grow_to": None}
+                run = train_tuned(job, {**default, "peak": 3 * rate}, seed)
             else:
                 phases = [(epochs, batch, rate * (batch / 32) ** 0.5)]
                 run = batch_size_growing.train(job, phases, seed=seed)

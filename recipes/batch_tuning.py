@@ -102,12 +102,14 @@ def _apply_choice(args, choice, optimizer: str) -> None:
             f"learning rate {args.learning_rate:.4g}, as given"
         )
         return
+    cycle = "".join(f", {m.name} peaking at {m.peak:.4g}" for m in choice.methods)
     print(
         f"--tune-batch-size: training with batch {choice.batch_size} (was {args.batch_size}) "
         f"and learning rate {choice.learning_rate:.4g} (was {args.learning_rate:.4g}, "
-        f"{choice.rule} rule for {optimizer}): {choice.reason}"
+        f"{choice.rule} rule for {optimizer}){cycle}: {choice.reason}"
     )
     args.batch_size, args.learning_rate = choice.batch_size, choice.learning_rate
+    args.methods = list(choice.methods) or None
 
 
 def tune_batch_and_rate(run: common.Run, build_model, unbatched, *, loss, optimizer) -> None:
@@ -133,3 +135,4 @@ def tune_batch_and_rate(run: common.Run, build_model, unbatched, *, loss, optimi
         tuned.rate_report.plot(run.out / "learning_rate.png")
     print(f"--tune: {tuned}".replace("\n", "\n--tune: "))
     args.batch_size, args.learning_rate = tuned.batch_size, tuned.learning_rate
+    args.methods = list(tuned.methods) or None

@@ -192,6 +192,7 @@ def setup(args: argparse.Namespace, name: str) -> Run:
         raise ValueError(f"--doctor-budget must be a number of seconds > 0, finite, got {budget}.")
     if getattr(args, "tune", False):  # the batch step is --tune-batch-size's, then the rate
         args.tune_batch_size = True
+    args.methods = None  # the tuner's (a grown batch's one-cycle), for Trainer(methods=)
     if args.smoke:
         args.epochs = min(args.epochs, 1)
         args.batch_size = min(args.batch_size, SMOKE_BATCH)

@@ -109,6 +109,7 @@ def main(argv=None) -> dict:
         metrics=["accuracy"],
         strategy=strategy,
         precision=common.trainer_precision(run),
+        methods=args.methods,  # --tune-batch-size's for a grown batch (else None)
     )
     if args.doctor:  # diagnose instead of training (tfaccel doctor recipes/digits.py)
         return common.doctor(run, trainer, train)

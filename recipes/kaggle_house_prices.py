@@ -184,6 +184,7 @@ def train_one(run, encoder, train, val=None, *, tag: str, checkpoint_dir=None):
         optimizer=lambda: keras.optimizers.Adam(args.learning_rate),
         loss="mse",
         metrics=[keras.metrics.RootMeanSquaredError(name="log_rmse")],
+        methods=args.methods,  # --tune-batch-size's for a grown batch (else None)
         strategy=run.strategy,
     )
     if tag == "all data":

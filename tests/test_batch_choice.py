@@ -222,6 +222,45 @@ def test_the_rate_is_scaled_by_the_optimizers_rule_from_the_users_own():
         tuning.recommend(report_with(), batch_size=32, learning_rate=0, optimizer="adam")
 
 
+def test_a_grown_batch_under_the_square_root_rule_comes_with_its_one_cycle():
+    from tfaccel import methods
+
+    adam = tuning.recommend(report_with(), batch_size=32, learning_rate=1e-3, optimizer="adam")
+    (cycle,) = adam.methods
+    assert isinstance(cycle, methods.OneCycle) and cycle.peak == pytest.approx(3 * 2e-3)
+    assert "train it with .methods: one-cycle peaking at 3x" in adam.reason
+    # Through model.fit's helper at the tuned batch: the rate peaks at 3x the scaled rate
+    # after 30 % of the job's steps (10 epochs of 50,000 / 128 = 390 steps) and decays.
+    model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(3)])
+    data = tf.data.Dataset.from_tensor_slices(
+        (np.zeros((128 * 390, 4), "float32"), np.zeros(128 * 390, "int32"))
+    ).batch(128)
+    plan = methods.for_fit(
+        list(adam.methods),
+        model,
+        data,
+        epochs=10,
+        loss="sparse_categorical_crossentropy",
+        optimizer=keras.optimizers.Adam(adam.learning_rate),
+    )
+    rate = cycle.schedule  # the Keras schedule the plan gave the optimizer
+    assert float(plan.optimizer.learning_rate) == pytest.approx(float(rate(0)))
+    assert float(rate(int(0.3 * 3900))) == pytest.approx(6e-3, rel=1e-3)
+    assert float(rate(3899)) < 1e-5
+    # SGD's linear rule warms up with its callback instead; unscaled and kept: nothing.
+    sgd = tuning.recommend(report_with(), batch_size=32, learning_rate=0.1, optimizer="sgd")
+    fixed = tuning.recommend(
+        report_with(), batch_size=32, learning_rate=1e-3, optimizer="adam", lr_scaling=None
+    )
+    kept = tuning.recommend(
+        report_with(best_batch_size=24, decided_by="noise scale"),
+        batch_size=32,
+        learning_rate=1e-3,
+        optimizer="adam",
+    )
+    assert sgd.methods == fixed.methods == kept.methods == ()
+
+
 def test_the_users_batch_and_rate_are_kept_when_no_larger_batch_pays():
     # The time ran out before any batch above the user's was timed: too small a job.
     rows = [ProbeRow(8, True, 100.0, 1.0, "ok"), ProbeRow(16, False, None, None, "time")]

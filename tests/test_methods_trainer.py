@@ -83,11 +83,34 @@ def test_trainer_path_equals_model_fit_path_for_label_smoothing_and_schedule():
 
 
 def test_settings_table_names_each_method_and_what_fast_dropped(capsys):
-    ours = trainer("fast")
-    ours.fit(dataset(), epochs=2, verbose=1)
+    images = tf.data.Dataset.from_tensor_slices(
+        (RNG.normal(size=(64, 4, 4, 1)).astype("float32"), Y)
+    ).batch(16)
+    ours = tfaccel.Trainer(
+        lambda: keras.Sequential(
+            [keras.Input((4, 4, 1)), keras.layers.Flatten(), keras.layers.Dense(3)]
+        ),
+        loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+        strategy=tf.distribute.get_strategy(),
+        methods="fast",
+    )
+    ours.fit(images, epochs=2, verbose=1)
     table = capsys.readouterr().out
     names = [m.name for m in ours.methods.plan.methods]
-    assert names and all(f"method: {name}" in table for name in names)
+    assert names == ["one-cycle", "label smoothing"]
+    assert all(f"method: {name}" in table for name in [*names, "fast", "progressive batch"])
+    assert "global batch" in ours.settings["method: progressive batch"]  # dropped, saying why
+
+
+def test_fast_on_a_short_table_applies_no_method_and_says_so():
+    ours = trainer("fast")
+    history = ours.fit(dataset(), epochs=2, verbose=0).history
+    assert ours.methods.plan.methods == []
+    assert ours.settings["method: fast"].startswith("no method: none measured faster")
+    reference = trainer(None)
+    want = reference.fit(dataset(), epochs=2, verbose=0).history
+    assert history["loss"] == want["loss"]  # trained as given
+    assert max_diff(ours.model.get_weights(), reference.model.get_weights()) == 0
 
 
 class StopAfter(keras.callbacks.Callback):

@@ -2,6 +2,7 @@
 
 import subprocess
 import sys
+import types
 
 import keras
 import numpy as np
@@ -34,6 +35,10 @@ def test_tune_chooses_a_batch_then_a_rate_at_it(capsys):
         assert tuned.learning_rate == tuned.rate_report.suggestion
     else:
         assert tuned.learning_rate == tuned.batch.learning_rate and tuned.note
+    # The batch step's methods (a grown batch's one-cycle) go with its scaled rate only.
+    kept = tuned.learning_rate == tuned.batch.learning_rate
+    assert tuned.methods == (tuned.batch.methods if kept else ())
+    assert "\nmethods: " in str(tuned)
     args = tuned.arguments()
     assert args == f"--batch-size {tuned.batch_size} --learning-rate {tuned.learning_rate:.3g}"
     assert args in capsys.readouterr().out
@@ -85,3 +90,22 @@ def test_recipe_tune_flag_tunes_the_batch_then_the_rate(tmp_path, capsys):
     assert settings["batch_size"] == batch
     assert settings["learning_rate"] == pytest.approx(rate, rel=5e-3)
     assert (tmp_path / "learning_rate.png").exists()
+
+
+@pytest.mark.parametrize("suggestion", [None, 5e-3])
+def test_the_grown_batchs_one_cycle_goes_with_its_scaled_rate_only(monkeypatch, suggestion):
+    from tfaccel import methods
+    from tfaccel.tuning import joint
+
+    cycle = methods.OneCycle(peak=6e-3)
+    choice = tuning.Recommendation(64, 2e-3, "sqrt", False, "batch 64", (cycle,))
+    monkeypatch.setattr(joint, "_batch_step", lambda *args: (choice, None))
+    found = types.SimpleNamespace(suggestion=suggestion, reason="the range test's reason")
+    monkeypatch.setattr(joint, "_range_test", lambda *args: found)
+    tuned = tuning.tune(build, (X, Y), loss=loss(), batch_size=16, learning_rate=1e-3, verbose=0)
+    if suggestion is None:  # the scaled rate is kept: so is its cycle
+        assert tuned.learning_rate == 2e-3 and tuned.methods == (cycle,)
+        assert "methods: one-cycle\n" in str(tuned)
+    else:
+        assert tuned.learning_rate == 5e-3 and tuned.methods == ()
+        assert "methods: none (the batch step's one-cycle is for its scaled rate" in str(tuned)

@@ -42,6 +42,9 @@ class Tuned:
         rate_report: `find_learning_rate`'s report (None when it was not run: `note`).
         seconds: the wall time of both steps.
         note: why the rate is the scaled one, when it is.
+        methods: the `tfaccel.methods` to train with: the batch step's (a grown batch's
+            one-cycle, sized to its scaled rate) when that rate is kept; none when the
+            range test's rate wins (a cycle around it is unmeasured).
     """
 
     batch_size: int
@@ -51,6 +54,7 @@ class Tuned:
     rate_report: LearningRateReport | None
     seconds: float
     note: str = ""
+    methods: tuple = ()
 
     def arguments(self) -> str:
         """The command-line arguments to pass, e.g. "--batch-size 64 --learning-rate 0.003"."""
@@ -62,9 +66,13 @@ class Tuned:
             if self.rate_report is not None and self.rate_report.suggestion is not None
             else self.note
         )
+        methods = ", ".join(m.name for m in self.methods) or "none"
+        if self.batch.methods and not self.methods:
+            methods += " (the batch step's one-cycle is for its scaled rate, not this one)"
         return (
             f"batch {self.batch_size}: {self.batch.reason}\n"
             f"learning rate {self.learning_rate:.3g}: {rate}\n"
+            f"methods: {methods}\n"
             f"tuned in {self.seconds:.1f} s; pass {self.arguments()}"
         )
 
@@ -163,9 +171,9 @@ def tune(
             rate = rate_report.suggestion
         else:
             note = f"kept the scaled rate: the range test gave none ({rate_report.reason})"
-    tuned = Tuned(
-        choice.batch_size, rate, choice, report, rate_report, time.perf_counter() - began, note
-    )
+    seconds = time.perf_counter() - began
+    kept = choice.methods if rate == choice.learning_rate else ()
+    tuned = Tuned(choice.batch_size, rate, choice, report, rate_report, seconds, note, kept)
     if verbose:
         print(tuned)
     return tuned
