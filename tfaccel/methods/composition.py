@@ -126,7 +126,7 @@ def _fast_tabular(job=None):
 # the second (on the CIFAR-shaped job the target came in two epochs on every seed, 0.36x
 # the baseline, against three and 0.53x when grown 4x over half the epochs); sequence:
 # by the job's length (LONG_JOB_STEPS); tabular: the same, short jobs no method (on the
-# breast-cancer MLP, 450 steps, none was faster: one-cycle 0.97x [0.87, 1.05] and 1.12x
+# breast-cancer MLP, 390 steps, none was faster: one-cycle 0.97x [0.87, 1.05] and 1.12x
 # with 3x the epochs declared and a stop at the target; 10x overshot its target). MixUp,
 # CutMix, progressive resizing, EMA and layer freezing slowed the jobs they ran on; they
 # stay available, not in "fast".
