@@ -92,7 +92,7 @@ def test_tune_passes_the_jobs_size_to_the_range_test(monkeypatch, given, want):
         seen.update(kwargs)
         return lr_sizing.not_run(1, 30, 20, kwargs["job_examples"], 16)
 
-    choice = types.SimpleNamespace(batch_size=16, learning_rate=1e-3, reason="given")
+    choice = types.SimpleNamespace(batch_size=16, learning_rate=1e-3, reason="given", methods=())
     monkeypatch.setattr(joint, "_batch_step", lambda *args: (choice, None))
     monkeypatch.setattr(joint, "find_learning_rate", finder)
     tuned = joint.tune(
