@@ -4,8 +4,14 @@ Any test can then build a 2-replica `MirroredStrategy` on `/cpu:0` and `/cpu:1`.
 """
 
 import os
+import signal
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+# A shell starts a background job (`make test &`, nohup) with SIGINT ignored, and an
+# ignored signal stays ignored in every child: the Ctrl-C tests' processes then never
+# hear the SIGINT they are sent. A handled SIGINT is reset to the default in a child.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 import pytest  # noqa: E402
 
