@@ -2,7 +2,8 @@
 
 Used by `batch_size.py`. Each job trains twice from the same seed for the same epochs:
 at its default batch and learning rate, and at the batch tfaccel chooses, with the rate
-scaled by the optimizer's rule (Adam: square root): `tuning.before_probing` when the data
+scaled by the optimizer's rule (Adam: square root) and the methods the recommendation
+comes with (a grown batch's one-cycle): `tuning.before_probing` when the data
 alone decides (nothing probed), else `find_batch_size` from the default batch upwards
 (noise scale on, bounded by the job's size) and `tuning.recommend`. Held-out accuracy is
 measured `EVALS_PER_EPOCH` times an epoch with the clock paused, so the training seconds
@@ -167,12 +168,12 @@ class _Curve(keras.callbacks.Callback):
         self.paused += time.perf_counter() - paused
 
 
-def train(job: dict, batch: int, learning_rate: float) -> dict:
-    """Trains the job at `batch`; returns its accuracy curve and seconds."""
+def train(job: dict, batch: int, learning_rate: float, with_methods=()) -> dict:
+    """Trains the job at `batch` (with the recommendation's `methods`, e.g. its one-cycle,
+    through `tfaccel.methods.for_fit`); returns its accuracy curve and seconds."""
     x, y = job["data"]
     keras.utils.set_random_seed(0)
     model = job["build"]()
-    model.compile(keras.optimizers.Adam(learning_rate), SCE)
     steps = len(y) // batch
     data = (
         tf.data.Dataset.from_tensor_slices((x, y))
@@ -180,11 +181,19 @@ def train(job: dict, batch: int, learning_rate: float) -> dict:
         .batch(batch, drop_remainder=True)
         .prefetch(tf.data.AUTOTUNE)
     )
+    optimizer, loss, callbacks = keras.optimizers.Adam(learning_rate), SCE, []
+    if with_methods:
+        plan = tfaccel.methods.for_fit(
+            list(with_methods), model, data, epochs=job["epochs"], loss=loss, optimizer=optimizer
+        )
+        data, optimizer, loss, callbacks = plan.dataset, plan.optimizer, plan.loss, plan.callbacks
+    model.compile(optimizer, loss)
     curve = _Curve(max(1, steps // EVALS_PER_EPOCH), job["held_out"])
-    model.fit(data, epochs=job["epochs"], callbacks=[curve], shuffle=False, verbose=0)
+    model.fit(data, epochs=job["epochs"], callbacks=[*callbacks, curve], shuffle=False, verbose=0)
     return {
         "batch_size": batch,
         "learning_rate": learning_rate,
+        "methods": [method.name for method in with_methods],
         "curve": curve.points,
         "train_seconds": curve.points[-1][0],
         "final_accuracy": curve.points[-1][1],
@@ -220,7 +229,11 @@ def run_job(job: dict) -> dict:
     print(f"{job['name']}: {'left at its batch: ' if choice.kept else ''}{choice.reason}")
     tfaccel.tuning.release_memory()
     default = train(job, job["batch_size"], job["learning_rate"])
-    tuned = default if choice.kept else train(job, choice.batch_size, choice.learning_rate)
+    tuned = (
+        default
+        if choice.kept
+        else train(job, choice.batch_size, choice.learning_rate, choice.methods)
+    )
     tuned_kind = "no probe: the data decides" if report is None else "probed"
     target = default["final_accuracy"]
     default_time, tuned_time = time_to(default["curve"], target), time_to(tuned["curve"], target)
@@ -288,6 +301,7 @@ def plot(jobs: dict, path: pathlib.Path) -> None:
                 continue
             seconds, accuracy = zip(*run["curve"], strict=True)
             label = f"{key}: batch {run['batch_size']}, lr {run['learning_rate']:.2g}"
+            label += "".join(f" + {name}" for name in run.get("methods", []))
             if key == "tuned" and job["left_at_its_batch"]:
                 label = "tuned: left at its batch"
             if key == "knee_alone":

@@ -95,7 +95,8 @@ def tune_batch_size(
 
 
 def _apply_choice(args, choice, optimizer: str) -> None:
-    """Prints the choice and sets `args.batch_size` and `args.learning_rate` to it."""
+    """Prints the choice and sets `args.batch_size`, `args.learning_rate` and
+    `args.methods` to it (all as given when the batch is kept)."""
     if choice.kept:
         print(
             f"--tune-batch-size: {choice.reason}; training at batch {args.batch_size} and "
@@ -109,7 +110,15 @@ def _apply_choice(args, choice, optimizer: str) -> None:
         f"{choice.rule} rule for {optimizer}){cycle}: {choice.reason}"
     )
     args.batch_size, args.learning_rate = choice.batch_size, choice.learning_rate
-    args.methods = list(choice.methods) or None
+    _replace_methods(args, choice.methods, "--tune-batch-size")
+
+
+def _replace_methods(args, methods, flag: str) -> None:
+    """The tuner's methods replace --one-cycle's (its peak was for the rate replaced)."""
+    if args.methods and list(methods) != args.methods:
+        what = ", ".join(m.name for m in methods) or "none"
+        print(f"{flag}: --one-cycle {args.one_cycle:g} was for the rate replaced; methods: {what}")
+    args.methods = list(methods) or None
 
 
 def tune_batch_and_rate(run: common.Run, build_model, unbatched, *, loss, optimizer) -> None:
@@ -134,5 +143,6 @@ def tune_batch_and_rate(run: common.Run, build_model, unbatched, *, loss, optimi
     if tuned.rate_report is not None:
         tuned.rate_report.plot(run.out / "learning_rate.png")
     print(f"--tune: {tuned}".replace("\n", "\n--tune: "))
-    args.batch_size, args.learning_rate = tuned.batch_size, tuned.learning_rate
-    args.methods = list(tuned.methods) or None
+    if (tuned.batch_size, tuned.learning_rate) != (args.batch_size, args.learning_rate):
+        args.batch_size, args.learning_rate = tuned.batch_size, tuned.learning_rate
+        _replace_methods(args, tuned.methods, "--tune")

@@ -66,6 +66,7 @@ def parser(
     learning_rate: float,
     fallback: bool = True,
     doctor: bool = False,
+    methods: bool = False,
 ) -> argparse.ArgumentParser:
     """The command line every recipe shares; add recipe-specific flags to the result.
 
@@ -75,6 +76,8 @@ def parser(
         fallback: whether the recipe has an offline fallback (`--no-fallback`).
         doctor: whether the recipe takes `--doctor` (it calls `doctor(...)` in place of
             training; `tfaccel doctor RECIPE.py` runs it so).
+        methods: whether the recipe trains with `args.methods` (`--one-cycle`, and the
+            tuners' one-cycle for a grown batch).
     """
     p = argparse.ArgumentParser(description=description, formatter_class=HelpFormatter)
     p.add_argument("--epochs", type=int, default=epochs, help="passes over the training data")
@@ -109,6 +112,15 @@ def parser(
         help="tune the batch (as --tune-batch-size), then the learning rate at it with a range "
         "test (tfaccel.tuning.tune); print the arguments to pass and train with them",
     )
+    if methods:
+        p.add_argument(
+            "--one-cycle",
+            type=float,
+            default=None,
+            metavar="PEAK",
+            help="train with one-cycle peaking at this rate (tfaccel.methods.OneCycle, sized "
+            "to the job's steps), as --tune prints it for a grown batch (default: none)",
+        )
     if doctor:
         p.add_argument(
             "--doctor",
@@ -177,7 +189,7 @@ def setup(args: argparse.Namespace, name: str) -> Run:
 
     Raises:
         ValueError: a non-positive --epochs / --batch-size / --learning-rate /
-            --doctor-budget, a
+            --doctor-budget or --one-cycle, a
             --batch-size that does not divide evenly over the replicas, or an --out
             that is a file.
     """
@@ -192,7 +204,11 @@ def setup(args: argparse.Namespace, name: str) -> Run:
         raise ValueError(f"--doctor-budget must be a number of seconds > 0, finite, got {budget}.")
     if getattr(args, "tune", False):  # the batch step is --tune-batch-size's, then the rate
         args.tune_batch_size = True
-    args.methods = None  # the tuner's (a grown batch's one-cycle), for Trainer(methods=)
+    cycle = getattr(args, "one_cycle", None)
+    if cycle is not None and not 0 < cycle < float("inf"):
+        raise ValueError(f"--one-cycle must be a peak learning rate > 0, got {cycle}.")
+    # For Trainer(methods=): --one-cycle's, replaced by the tuners' when they grow the batch.
+    args.methods = None if cycle is None else [tfaccel.methods.OneCycle(peak=cycle)]
     if args.smoke:
         args.epochs = min(args.epochs, 1)
         args.batch_size = min(args.batch_size, SMOKE_BATCH)

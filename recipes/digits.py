@@ -59,7 +59,13 @@ def build_model(num_classes: int = 10) -> keras.Model:
 
 def main(argv=None) -> dict:
     p = common.parser(
-        __doc__, epochs=15, batch_size=64, learning_rate=2e-3, fallback=False, doctor=True
+        __doc__,
+        epochs=15,
+        batch_size=64,
+        learning_rate=2e-3,
+        fallback=False,
+        doctor=True,
+        methods=True,
     )
     p.add_argument("--logdir", default=None, help="old name of --out")
     common.default_is(p, "--data-dir", "unused, the digits ship with scikit-learn")
@@ -109,7 +115,7 @@ def main(argv=None) -> dict:
         metrics=["accuracy"],
         strategy=strategy,
         precision=common.trainer_precision(run),
-        methods=args.methods,  # --tune-batch-size's for a grown batch (else None)
+        methods=args.methods,  # --one-cycle's, or the tuners' for a grown batch
     )
     if args.doctor:  # diagnose instead of training (tfaccel doctor recipes/digits.py)
         return common.doctor(run, trainer, train)

@@ -184,7 +184,7 @@ def train_one(run, encoder, train, val=None, *, tag: str, checkpoint_dir=None):
         optimizer=lambda: keras.optimizers.Adam(args.learning_rate),
         loss="mse",
         metrics=[keras.metrics.RootMeanSquaredError(name="log_rmse")],
-        methods=args.methods,  # --tune-batch-size's for a grown batch (else None)
+        methods=args.methods,  # --one-cycle's, or the tuners' for a grown batch
         strategy=run.strategy,
     )
     if tag == "all data":
@@ -204,7 +204,9 @@ def train_one(run, encoder, train, val=None, *, tag: str, checkpoint_dir=None):
 
 
 def main(argv=None) -> dict:
-    p = common.parser(__doc__, epochs=60, batch_size=64, learning_rate=1e-3, fallback=False)
+    p = common.parser(
+        __doc__, epochs=60, batch_size=64, learning_rate=1e-3, fallback=False, methods=True
+    )
     common.default_is(p, "--data-dir", "the current folder")
     p.add_argument("--folds", type=int, default=5, help="K of K-fold cross-validation (>= 2)")
     args = p.parse_args(argv)

@@ -465,6 +465,20 @@ def test_doctor_budget_must_be_positive(tmp_path):
         digits.main(argv)
 
 
+@pytest.mark.parametrize("peak", ["0", "-1e-3", "inf"])
+def test_one_cycle_must_be_a_positive_rate(tmp_path, peak):
+    with pytest.raises(ValueError, match="--one-cycle must be a peak learning rate > 0"):
+        digits.main(["--smoke", f"--one-cycle={peak}", "--out", str(tmp_path)])
+
+
+def test_one_cycle_flag_trains_with_the_cycle_it_names(tmp_path):
+    # What `tfaccel tune` prints for a grown batch (--one-cycle PEAK) reaches the Trainer.
+    argv = ["--smoke", "--one-cycle", "0.006", "--out", str(tmp_path), "--verbose", "0"]
+    digits.main(argv)
+    settings = json.loads((tmp_path / "metrics.json").read_text())["settings"]
+    assert "method: one-cycle" in settings, settings
+
+
 @pytest.mark.parametrize(
     "recipe", ["mlp_fashion_mnist", "googlenet_fashion_mnist", "resnet_cifar10", "multi_worker"]
 )

@@ -106,6 +106,9 @@ def test_the_grown_batchs_one_cycle_goes_with_its_scaled_rate_only(monkeypatch, 
     if suggestion is None:  # the scaled rate is kept: so is its cycle
         assert tuned.learning_rate == 2e-3 and tuned.methods == (cycle,)
         assert "methods: one-cycle\n" in str(tuned)
+        # the recipes' flag for it (recipes/common.py --one-cycle)
+        assert tuned.arguments() == "--batch-size 64 --learning-rate 0.002 --one-cycle 0.006"
     else:
         assert tuned.learning_rate == 5e-3 and tuned.methods == ()
+        assert tuned.arguments() == "--batch-size 64 --learning-rate 0.005"
         assert "methods: none (the batch step's one-cycle is for its scaled rate" in str(tuned)

@@ -57,8 +57,11 @@ class Tuned:
     methods: tuple = ()
 
     def arguments(self) -> str:
-        """The command-line arguments to pass, e.g. "--batch-size 64 --learning-rate 0.003"."""
-        return f"--batch-size {self.batch_size} --learning-rate {self.learning_rate:.3g}"
+        """The command-line arguments to pass, e.g. "--batch-size 64 --learning-rate 0.003"
+        (and "--one-cycle 0.009", its peak, when the tuned batch comes with a one-cycle)."""
+        arguments = f"--batch-size {self.batch_size} --learning-rate {self.learning_rate:.3g}"
+        peaks = [m.peak for m in self.methods if getattr(m, "peak", None) is not None]
+        return arguments + "".join(f" --one-cycle {peak:.3g}" for peak in peaks)
 
     def __str__(self) -> str:
         rate = (

@@ -95,15 +95,17 @@ class Methods:
 
     def apply(self, trainer, train: Feed, callbacks: list, steps_per_epoch, epochs: int):
         """At the first fit: plans, and makes the runner anew around the plan's optimizer
-        and loss (before any step). Every fit: the training feed with the plan's batch
-        maps, and the callbacks with the plan's. Returns (feed, callbacks)."""
+        and loss (before any step; kept when no method applies). Every fit: the training
+        feed with the plan's batch maps, and the callbacks with the plan's. Returns (feed,
+        callbacks)."""
         if self.argument is None:
             return train, callbacks
         if self.plan is None:
             optimizer = trainer._given_optimizer
             self.plan = plan(trainer, self.argument, optimizer, train, steps_per_epoch, epochs)
-            trainer._given_optimizer = self.plan.optimizer
-            trainer._make_runner(trainer.model.dtype_policy.name)
+            if self.plan.methods:  # none applied ("fast" on a short table): the runner stands
+                trainer._given_optimizer = self.plan.optimizer
+                trainer._make_runner(trainer.model.dtype_policy.name)
         made = self.plan
         for callback in made.callbacks:
             if isinstance(callback, FreezeEarlyLayers):
