@@ -471,6 +471,27 @@ def test_one_cycle_must_be_a_positive_rate(tmp_path, peak):
         digits.main(["--smoke", f"--one-cycle={peak}", "--out", str(tmp_path)])
 
 
+def test_a_tuned_rate_replaces_a_given_cycle_saying_so(capsys):
+    import argparse
+
+    import batch_tuning
+
+    from tfaccel import methods, tuning
+
+    given = methods.OneCycle(peak=0.006)
+    args = argparse.Namespace(batch_size=32, learning_rate=2e-3, one_cycle=0.006, methods=[given])
+    grown = (methods.OneCycle(peak=8.5e-3),)
+    batch_tuning._apply_choice(
+        args, tuning.Recommendation(64, 2.8e-3, "sqrt", False, "batch 64", grown), "adam"
+    )
+    assert args.methods == list(grown) and args.batch_size == 64
+    said = capsys.readouterr().out
+    assert "--one-cycle 0.006 was for the rate replaced; methods: one-cycle" in said
+    args = argparse.Namespace(batch_size=32, learning_rate=2e-3, one_cycle=0.006, methods=[given])
+    batch_tuning._apply_choice(args, tuning.Recommendation(32, 2e-3, "sqrt", True, "kept"), "adam")
+    assert args.methods == [given] and args.batch_size == 32  # kept: the cycle as given
+
+
 def test_one_cycle_flag_trains_with_the_cycle_it_names(tmp_path):
     # What `tfaccel tune` prints for a grown batch (--one-cycle PEAK) reaches the Trainer.
     argv = ["--smoke", "--one-cycle", "0.006", "--out", str(tmp_path), "--verbose", "0"]
