@@ -114,10 +114,13 @@ def _apply_choice(args, choice, optimizer: str) -> None:
 
 
 def _replace_methods(args, methods, flag: str) -> None:
-    """The tuner's methods replace --one-cycle's (its peak was for the rate replaced)."""
+    """The tuner's methods replace the ones given (--one-cycle's peak was for the rate
+    replaced), saying so."""
     if args.methods and list(methods) != args.methods:
+        given = getattr(args, "one_cycle", None)
+        given = f"--one-cycle {given:g}" if given else "the methods given"
         what = ", ".join(m.name for m in methods) or "none"
-        print(f"{flag}: --one-cycle {args.one_cycle:g} was for the rate replaced; methods: {what}")
+        print(f"{flag}: {given} was for the rate replaced; methods: {what}")
     args.methods = list(methods) or None
 
 

@@ -385,7 +385,7 @@ def _add_tune(commands) -> None:
         description="Runs `python RECIPE.py --tune [recipe arguments]`: the recipe tunes the "
         "batch as --tune-batch-size does, then runs a learning-rate range test at that batch "
         "(tfaccel.tuning.tune), prints the arguments to pass (--batch-size B --learning-rate "
-        "R) and trains with them.",
+        "R, and --one-cycle PEAK for a grown batch's schedule) and trains with them.",
     )
     both.add_argument("recipe", metavar="RECIPE.py", help="a recipe script, e.g. recipes/digits.py")
     both.add_argument("recipe_args", nargs=argparse.REMAINDER, metavar="...")
