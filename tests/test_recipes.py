@@ -492,12 +492,24 @@ def test_a_tuned_rate_replaces_a_given_cycle_saying_so(capsys):
     assert args.methods == [given] and args.batch_size == 32  # kept: the cycle as given
 
 
-def test_one_cycle_flag_trains_with_the_cycle_it_names(tmp_path):
-    # What `tfaccel tune` prints for a grown batch (--one-cycle PEAK) reaches the Trainer.
+def test_one_cycle_flag_trains_with_the_cycle_it_names(tmp_path, monkeypatch):
+    # What `tfaccel tune` prints for a grown batch (--one-cycle PEAK) reaches the Trainer,
+    # which sizes the cycle to the job at that peak.
+    from tfaccel import methods
+
+    peaks = []
+
+    class Recorded(methods.OneCycle):
+        def peak_for(self, job):
+            peaks.append(super().peak_for(job))
+            return peaks[-1]
+
+    monkeypatch.setattr(methods, "OneCycle", Recorded)
     argv = ["--smoke", "--one-cycle", "0.006", "--out", str(tmp_path), "--verbose", "0"]
     digits.main(argv)
     settings = json.loads((tmp_path / "metrics.json").read_text())["settings"]
     assert "method: one-cycle" in settings, settings
+    assert peaks and all(peak == pytest.approx(0.006) for peak in peaks)
 
 
 @pytest.mark.parametrize(
