@@ -102,13 +102,24 @@ def test_settings_table_names_each_method_and_what_fast_dropped(capsys):
     assert "global batch" in ours.settings["method: progressive batch"]  # dropped, saying why
 
 
+def counting_runner_rebuilds(made):
+    """Counts the Trainer's runner rebuilds from now on."""
+    rebuilt = []
+    make = made._make_runner
+    made._make_runner = lambda *args: (rebuilt.append(args), make(*args))[1]
+    return rebuilt
+
+
 def test_fast_on_a_short_table_applies_no_method_and_says_so():
     ours = trainer("fast")
+    ours_rebuilt = counting_runner_rebuilds(ours)
     history = ours.fit(dataset(), epochs=2, verbose=0).history
     assert ours.methods.plan.methods == []
     assert ours.settings["method: fast"].startswith("no method: none measured faster")
     reference = trainer(None)
+    reference_rebuilt = counting_runner_rebuilds(reference)
     want = reference.fit(dataset(), epochs=2, verbose=0).history
+    assert len(ours_rebuilt) == len(reference_rebuilt)  # no method: the runner stands
     assert history["loss"] == want["loss"]  # trained as given
     assert max_diff(ours.model.get_weights(), reference.model.get_weights()) == 0
 
