@@ -22,7 +22,7 @@ import numpy as np
 import tensorflow as tf
 
 import tfaccel
-from tfaccel.train.step import iterators
+from tfaccel.data import iterators
 
 RESULTS = pathlib.Path(__file__).parent / "results" / "iterator_memory.json"
 

@@ -73,7 +73,7 @@ def pytest_collection_modifyitems(config, items):
 
 
 def _reaper_stats() -> dict:
-    from tfaccel.train.step import iterators
+    from tfaccel.data import iterators
 
     return iterators.stats()
 

@@ -1,4 +1,5 @@
-"""train.iterators: adopted iterators are freed on the reaper's thread, once unused."""
+"""data.iterators: adopted iterators are freed on the reaper's thread, once unused; a
+dataset for model.fit whose iterators are adopted (`freed_in_background`)."""
 
 from __future__ import annotations
 
@@ -7,9 +8,10 @@ import time
 import weakref
 
 import numpy as np
+import pytest
 import tensorflow as tf
 
-from tfaccel.train.step import iterators
+from tfaccel.data import iterators
 
 
 class _Tracked:
@@ -111,13 +113,62 @@ def test_the_trainer_frees_its_iterators():
     assert _wait_until(lambda: all(ref() is None for ref in adopted))
 
 
+def _digits_fit(wrap, epochs=3):
+    """A small Dense model trained on scikit-learn's digits by `model.fit`."""
+    import keras
+    from sklearn.datasets import load_digits
+
+    x, y = load_digits(return_X_y=True)
+    x, y = (x / 16.0).astype("float32"), y.astype("int32")
+    keras.utils.set_random_seed(0)  # before the shuffle: its order follows the global seed
+    train = tf.data.Dataset.from_tensor_slices((x[:1200], y[:1200])).shuffle(1200, seed=1)
+    val = tf.data.Dataset.from_tensor_slices((x[1200:], y[1200:])).batch(100)
+    train, val = wrap(train.batch(32)), wrap(val)
+    model = keras.Sequential([keras.Input((64,)), keras.layers.Dense(10)])
+    loss = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+    model.compile(keras.optimizers.Adam(), loss, metrics=["accuracy"])
+    history = model.fit(train, epochs=epochs, validation_data=val, verbose=0)
+    return model.get_weights(), history.history
+
+
+def test_a_dataset_freed_in_background_trains_model_fit_alike_and_frees_each_epoch():
+    adopted, adopt = [], iterators.adopt
+
+    def recording(iterator):
+        adopted.append(weakref.ref(iterator))
+        return adopt(iterator)
+
+    iterators.adopt = recording
+    try:
+        freed_weights, freed_history = _digits_fit(iterators.freed_in_background)
+    finally:
+        iterators.adopt = adopt
+    plain_weights, plain_history = _digits_fit(lambda ds: ds)
+    for a, b in zip(freed_weights, plain_weights, strict=True):
+        np.testing.assert_array_equal(a, b)  # the same elements in the same order
+    assert freed_history == plain_history
+    assert len(adopted) >= 3 * 2  # at least one training and one validation each epoch
+    assert _wait_until(lambda: all(ref() is None for ref in adopted))
+
+
+def test_freed_in_background_keeps_the_dataset_and_refuses_other_input():
+    data = tf.data.Dataset.range(6).batch(4)
+    freed = iterators.freed_in_background(data)
+    assert iterators.freed_in_background(freed) is freed  # wrapped once
+    assert freed.element_spec == data.element_spec and int(freed.cardinality()) == 2
+    assert [list(b.numpy()) for b in freed] == [[0, 1, 2, 3], [4, 5]]
+    assert [int(b) for b in freed.unbatch().skip(4)] == [4, 5]  # transformed: a plain one
+    with pytest.raises(TypeError, match="takes a tf.data.Dataset"):
+        iterators.freed_in_background(np.zeros(3))
+
+
 def test_a_process_exits_cleanly_with_an_iterator_being_freed():
     import subprocess
     import sys
 
     code = (
         "import tensorflow as tf\n"
-        "from tfaccel.train.step import iterators\n"
+        "from tfaccel.data import iterators\n"
         "data = tf.data.Dataset.range(10**6).map(lambda v: v * 2).repeat()"
         ".batch(64).prefetch(tf.data.AUTOTUNE)\n"
         "for _ in range(3):\n"

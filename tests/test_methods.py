@@ -428,7 +428,8 @@ def test_the_table_says_why_fast_chose_its_stack():
             "fast",
             f"no method: none measured faster on tabular jobs under 2,000 steps "
             f"({2 * steps} steps); the job trains as given",
-        )
+        ),
+        ("input", methods.base.FREED_NOTE),  # for_fit's datasets, with or without methods
     ]
     assert float(short.optimizer.learning_rate) == pytest.approx(0.001)  # Adam's, unscheduled
     assert all(name != "fast" for name, _ in plan([methods.OneCycle()], 2).table())

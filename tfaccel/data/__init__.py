@@ -18,6 +18,7 @@ from tfaccel.data.build.feed import Feed
 from tfaccel.data.build.pipeline import DatasetFn, pipeline
 from tfaccel.data.build.plan import Plan, Step, explain, graph_ops, plan_of
 from tfaccel.data.checks.label_contract import check
+from tfaccel.data.iterators import freed_in_background
 from tfaccel.data.sources.arrays import from_arrays
 from tfaccel.data.sources.csv_table import from_csv
 from tfaccel.data.sources.generators import from_generator
@@ -37,6 +38,7 @@ __all__ = [
     "benchmark",
     "check",
     "explain",
+    "freed_in_background",
     "from_arrays",
     "from_csv",
     "from_generator",

@@ -11,6 +11,7 @@ from tfaccel import precision
 from tfaccel.callbacks import peak
 from tfaccel.data.build.feed import Feed
 from tfaccel.data.build.plan import graph_stages, missing
+from tfaccel.data.iterators import adopt
 from tfaccel.doctor import fix_rules, machine, measure, mfu, variants
 from tfaccel.doctor import verdict as rules
 from tfaccel.doctor.phases import (
@@ -25,7 +26,6 @@ from tfaccel.doctor.report import Report
 from tfaccel.doctor.snapshot import Snapshot
 from tfaccel.train.setup import inputs
 from tfaccel.train.step import precision_step
-from tfaccel.train.step.iterators import adopt
 from tfaccel.train.step.losses import PerExampleLoss
 from tfaccel.train.step.runner import Runner
 

@@ -11,9 +11,9 @@ import tensorflow as tf
 
 from tfaccel.callbacks import peak
 from tfaccel.data.build.feed import Feed
+from tfaccel.data.iterators import adopt
 from tfaccel.doctor import machine, measure
 from tfaccel.train.loop import loop_size
-from tfaccel.train.step.iterators import adopt
 
 MIN_WINDOW_S, MAX_WINDOW_S = 0.05, 1.0  # each timed measurement, per round
 

@@ -16,9 +16,17 @@ from __future__ import annotations
 import dataclasses
 
 import keras
+import tensorflow as tf
 
+from tfaccel.data import iterators
 from tfaccel.methods import labels
 from tfaccel.methods.batch_maps import BatchMap, transform
+
+# The settings table's row for `for_fit`'s datasets (see `tfaccel.data.iterators`).
+FREED_NOTE = (
+    "the training and validation iterators model.fit drops each epoch are freed off its "
+    "thread (freeing one waited up to seconds for tf.data's autotuner); data unchanged"
+)
 
 
 @dataclasses.dataclass
@@ -100,6 +108,7 @@ class Plan:
         self.smoothing = 0.0
         self.seed: int | None = None
         self.dataset = None  # the transformed training data (for_fit's)
+        self.freed = False  # for_fit's: the datasets' iterators are freed in the background
 
     def add_map(self, name: str, fn, order: int, reads_state: bool = False) -> None:
         """Adds a batch map `fn(x, y, seed) -> (x, y)` (`reads_state`: it reads a variable
@@ -110,7 +119,11 @@ class Plan:
         """Validation or evaluation data with its labels in the training form (one-hot
         when the plan made the training labels one-hot); nothing else changes."""
         maps = [m for m in self.maps if m.order == 1]
-        return transform(data, maps, 0) if maps else data
+        data = transform(data, maps, 0) if maps else data
+        return iterators.freed_in_background(data) if self._frees(data) else data
+
+    def _frees(self, data) -> bool:
+        return self.freed and isinstance(data, tf.data.Dataset)
 
     def rebuild_optimizer(self, **changes) -> None:
         """Replaces the optimizer by a copy of it with `changes` to its config."""
@@ -121,7 +134,8 @@ class Plan:
         `(method, "dropped: why")` rows."""
         rows = [("fast", self.chosen)] if self.chosen else []
         rows += [(m.name, m.changes) for m in self.methods]
-        return rows + [(name, f"dropped: {why}") for name, why in self.dropped]
+        rows += [(name, f"dropped: {why}") for name, why in self.dropped]
+        return rows + [("input", FREED_NOTE)] if self.freed else rows
 
     def describe(self) -> str:
         """The table as text, one method a line."""

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import tensorflow as tf
 
+from tfaccel.data import iterators
 from tfaccel.methods.averaging import EMA
 from tfaccel.methods.base import Job, Method, Plan, optimizer_object
 from tfaccel.methods.batch_growth import ProgressiveBatch
@@ -288,7 +289,9 @@ def for_fit(
 
     Returns:
         A `Plan`: `.dataset`, `.loss`, `.optimizer`, `.callbacks`, `.evaluation_data(ds)`
-        (validation data with the labels in the training form) and `.describe()`.
+        (validation data with the labels in the training form) and `.describe()`. Its
+        datasets free their iterators off `model.fit`'s thread (`data.freed_in_background`;
+        the table's "input" row), even with no method.
 
     Raises:
         ValueError, TypeError: a method that cannot apply (each method's `check`), bad
@@ -321,4 +324,6 @@ def for_fit(
             else _regrouped(dataset, regroup)
         )
     plan.dataset = transform(dataset, plan.maps, plan.seed)
+    if isinstance(plan.dataset, tf.data.Dataset):  # model.fit drops an iterator each epoch
+        plan.dataset, plan.freed = iterators.freed_in_background(plan.dataset), True
     return plan

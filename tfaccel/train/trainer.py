@@ -19,7 +19,7 @@ import logging
 import keras
 
 from tfaccel import precision, shared_strategy
-from tfaccel.data.build.feed import Feed
+from tfaccel.data import Feed, iterators
 from tfaccel.train.loop import loop_size
 from tfaccel.train.loop.fit_loop import FitLoop, Schedule
 from tfaccel.train.setup import (
@@ -36,7 +36,7 @@ from tfaccel.train.setup import (
 )
 from tfaccel.train.state import saving
 from tfaccel.train.state.policies import Checkpointing, FaultPolicy
-from tfaccel.train.step import accumulation, iterators, precision_step
+from tfaccel.train.step import accumulation, precision_step
 from tfaccel.train.step.losses import PerExampleLoss, resolve_metrics
 from tfaccel.train.step.runner import EVALUATION_STEPS_PER_LOOP, Runner
 

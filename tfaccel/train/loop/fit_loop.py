@@ -31,6 +31,7 @@ import warnings
 import keras
 import tensorflow as tf
 
+from tfaccel.data import iterators
 from tfaccel.data.build.feed import INFINITE, Feed
 from tfaccel.data.order import augment_seeds
 from tfaccel.data.service.stage import RESUME_NOTE
@@ -41,7 +42,7 @@ from tfaccel.train.loop.progress import ProgressBar
 from tfaccel.train.state import hyperparameters
 from tfaccel.train.state.checkpoint import ITERATOR_KEYS, POSITION_KEYS, CheckpointState
 from tfaccel.train.state.policies import Checkpointing, FaultPolicy
-from tfaccel.train.step import accumulation, iterators
+from tfaccel.train.step import accumulation
 
 logger = logging.getLogger("tfaccel")
 

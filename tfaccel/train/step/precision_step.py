@@ -43,8 +43,8 @@ import numpy as np
 import tensorflow as tf
 
 from tfaccel import precision
+from tfaccel.data import iterators
 from tfaccel.train.loop.agreement import agree, is_multi_worker
-from tfaccel.train.step import iterators
 from tfaccel.train.step.passes import GradientLoops
 from tfaccel.train.step.runner import build_symbolically
 

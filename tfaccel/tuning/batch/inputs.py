@@ -96,7 +96,7 @@ def without_rewrites(dataset: tf.data.Dataset) -> tf.data.Dataset:
     (measured on a 2-core CPU), while the probes' small pipelines gain nothing from them.
     Each probe's `model.fit` also deletes its iterator at the end, which with autotuning on
     waits for tf.data's autotuning thread to wake (up to 2.5 s for a short fit; see
-    `train/step/iterators.py`).
+    `data/iterators.py`).
     """
     options = tf.data.Options()
     options.experimental_optimization.apply_default_optimizations = False

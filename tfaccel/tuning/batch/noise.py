@@ -31,8 +31,8 @@ import statistics
 import keras
 import tensorflow as tf
 
+from tfaccel.data.iterators import adopt
 from tfaccel.data.order.augment_seeds import without_global_seed
-from tfaccel.train.step.iterators import adopt
 
 Z = 2.0  # standard errors: the bound is the largest B_simple the estimate supports at Z
 MAX_ERROR = 1.0 / Z  # from this relative standard error on, that bound is unbounded
