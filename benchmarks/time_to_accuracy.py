@@ -311,6 +311,7 @@ def run(job: dict, parts, contender: str | None, seed: int, epochs: int, stop_at
                 epochs=epochs,
                 loss=loss,
                 optimizer=optimizer,
+                batch_size=batch,  # given: for_fit reads no batch (the shuffle's order kept)
                 kind=job["kind"],
                 seed=seed,
             )

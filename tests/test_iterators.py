@@ -151,6 +151,18 @@ def test_a_dataset_freed_in_background_trains_model_fit_alike_and_frees_each_epo
     assert _wait_until(lambda: all(ref() is None for ref in adopted))
 
 
+def test_model_fit_under_a_mirrored_strategy_takes_a_freed_dataset(mirrored):
+    import keras
+
+    with mirrored.scope():
+        model = keras.Sequential([keras.Input((4,)), keras.layers.Dense(2)])
+        model.compile("sgd", keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    x = np.random.default_rng(0).random((64, 4), dtype=np.float32)
+    data = tf.data.Dataset.from_tensor_slices((x, (x[:, 0] > 0.5).astype("int32"))).batch(16)
+    history = model.fit(iterators.freed_in_background(data), epochs=2, verbose=0)
+    assert len(history.history["loss"]) == 2 and np.isfinite(history.history["loss"]).all()
+
+
 def test_freed_in_background_keeps_the_dataset_and_refuses_other_input():
     data = tf.data.Dataset.range(6).batch(4)
     freed = iterators.freed_in_background(data)

@@ -24,8 +24,8 @@ from tfaccel.methods.batch_maps import BatchMap, transform
 
 # The settings table's row for `for_fit`'s datasets (see `tfaccel.data.iterators`).
 FREED_NOTE = (
-    "the training and validation iterators model.fit drops each epoch are freed off its "
-    "thread (freeing one waited up to seconds for tf.data's autotuner); data unchanged"
+    "the iterators model.fit drops each epoch are freed off its thread (no wait on "
+    "tf.data's autotuner); data unchanged"
 )
 
 
