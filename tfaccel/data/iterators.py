@@ -164,13 +164,6 @@ def wait_for(condition, timeout_s: float = 120.0) -> bool:
     return _REAPER.wait_for(condition, timeout_s)
 
 
-def _unchanged_base():
-    """tf.data's base for a dataset that passes its input through unchanged."""
-    from tensorflow.python.data.ops import dataset_ops
-
-    return dataset_ops.UnaryUnchangedStructureDataset
-
-
 def freed_in_background(dataset):
     """`dataset`, whose iterators are freed off the caller's thread (see the module
     docstring): for `model.fit`, which makes a new iterator each epoch and drops the
@@ -184,28 +177,10 @@ def freed_in_background(dataset):
     """
     import tensorflow as tf
 
+    from tfaccel.data.build import graph
+
     if not isinstance(dataset, tf.data.Dataset):
         raise TypeError(f"freed_in_background takes a tf.data.Dataset, got {type(dataset)}.")
-    if isinstance(dataset, _freed_class()):
+    if graph.passed_through_with(dataset) is adopt:
         return dataset
-    return _freed_class()(dataset)
-
-
-_FREED = []
-
-
-def _freed_class():
-    """The dataset class (made once, on first use: tf.data's internals load lazily)."""
-    if not _FREED:
-        base = _unchanged_base()
-
-        class FreedInBackground(base):
-            def __init__(self, input_dataset):
-                self._input_dataset = input_dataset
-                super().__init__(input_dataset, input_dataset._variant_tensor)
-
-            def __iter__(self):
-                return adopt(super().__iter__())
-
-        _FREED.append(FreedInBackground)
-    return _FREED[0]
+    return graph.passed_through(dataset, adopt)

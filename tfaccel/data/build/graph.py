@@ -3,8 +3,9 @@
 tf.data keeps a dataset's input (`_input_dataset`), a batch's size and remainder setting
 (`_batch_size`, `_drop_remainder`) and a map's function (`_map_func`) on private Python
 attributes, and its serialized graph behind `_as_serialized_graph`. Only this module
-reads them; everything else in tfaccel calls the functions here, so a TensorFlow release
-that renames them is fixed in one place.
+reads them (and subclasses tf.data's pass-through dataset, `passed_through`); everything
+else in tfaccel calls the functions here, so a TensorFlow release that renames them is
+fixed in one place.
 
 Example:
     >>> ds = tf.data.Dataset.range(10).batch(4, drop_remainder=True).prefetch(1)
@@ -169,3 +170,29 @@ def sliced_rows(dataset: tf.data.Dataset):
     if tensors is None:
         return None
     return tf.nest.pack_sequence_as(dataset.element_spec, list(tensors))
+
+
+_PASS_THROUGH: list = []
+
+
+def passed_through(dataset: tf.data.Dataset, on_iter) -> tf.data.Dataset:
+    """`dataset` unchanged (the same graph: elements, order, options), except that its
+    eager `iter(...)` returns `on_iter(iterator)` (`data.freed_in_background`)."""
+    if not _PASS_THROUGH:
+        from tensorflow.python.data.ops import dataset_ops
+
+        class PassedThrough(dataset_ops.UnaryUnchangedStructureDataset):
+            def __init__(self, input_dataset, on_iter):
+                self._input_dataset, self.on_iter = input_dataset, on_iter
+                super().__init__(input_dataset, input_dataset._variant_tensor)
+
+            def __iter__(self):
+                return self.on_iter(super().__iter__())
+
+        _PASS_THROUGH.append(PassedThrough)
+    return _PASS_THROUGH[0](dataset, on_iter)
+
+
+def passed_through_with(dataset: tf.data.Dataset):
+    """The `on_iter` of a `passed_through` dataset, else None."""
+    return dataset.on_iter if _PASS_THROUGH and isinstance(dataset, _PASS_THROUGH[0]) else None
