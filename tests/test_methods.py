@@ -432,6 +432,10 @@ def test_the_table_says_why_fast_chose_its_stack():
         ("input", methods.base.FREED_NOTE),  # for_fit's datasets, with or without methods
     ]
     assert float(short.optimizer.learning_rate) == pytest.approx(0.001)  # Adam's, unscheduled
+    freed = tfaccel.data.iterators.adopt
+    passed = tfaccel.data.build.graph.passed_through_with
+    assert passed(short.dataset) is freed  # what the row says: both datasets freed
+    assert passed(short.evaluation_data(dataset())) is freed
     assert all(name != "fast" for name, _ in plan([methods.OneCycle()], 2).table())
 
 

@@ -117,13 +117,12 @@ class Plan:
 
     def evaluation_data(self, data):
         """Validation or evaluation data with its labels in the training form (one-hot
-        when the plan made the training labels one-hot); nothing else changes."""
+        when the plan made the training labels one-hot); for `for_fit`'s plan a dataset
+        also frees its iterators in the background. Its elements change no further."""
         maps = [m for m in self.maps if m.order == 1]
         data = transform(data, maps, 0) if maps else data
-        return iterators.freed_in_background(data) if self._frees(data) else data
-
-    def _frees(self, data) -> bool:
-        return self.freed and isinstance(data, tf.data.Dataset)
+        freed = self.freed and isinstance(data, tf.data.Dataset)
+        return iterators.freed_in_background(data) if freed else data
 
     def rebuild_optimizer(self, **changes) -> None:
         """Replaces the optimizer by a copy of it with `changes` to its config."""
