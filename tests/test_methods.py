@@ -387,21 +387,33 @@ def test_fast_resolves_per_kind_and_unknown_names_are_refused():
 
 
 @pytest.mark.parametrize(
-    "kind, short_stack",
+    "kind, short_stack, grown",
     [
-        ("sequence", [("one-cycle", 10.0), ("label smoothing", None)]),
-        ("tabular", []),  # no method measured faster on a short table
+        (
+            "sequence",
+            [("one-cycle", (10.0, 0.3)), ("label smoothing", None)],
+            [("progressive batch", (4, 3, 0.2)), ("one-cycle", (3.0, 0.1))],
+        ),
+        (
+            "tabular",
+            [],  # no method measured faster on a short table
+            [("progressive batch", (8, 4, 0.4)), ("one-cycle", (3.0, 0.3))],
+        ),
     ],
 )
-def test_fast_for_sequences_and_tables_depends_on_the_jobs_length(kind, short_stack):
+def test_fast_for_sequences_and_tables_depends_on_the_jobs_length(kind, short_stack, grown):
+    def settings(method):
+        if isinstance(method, methods.ProgressiveBatch):
+            return (method.default_growth, method.stages, method.until)
+        return (method.scale, method.warmup) if isinstance(method, methods.OneCycle) else None
+
     def stack(steps=None):
         given = None if steps is None else job(epochs=10, steps=steps)
         chosen = methods.resolve("fast", kind=kind, job=given)
-        return [(m.name, getattr(m, "scale", None)) for m in chosen]
+        return [(m.name, settings(m)) for m in chosen]
 
     assert stack(methods.LONG_JOB_STEPS // 10 - 1) == short_stack  # ten epochs: 10 steps short
-    grown = [("progressive batch", None), ("one-cycle", 3.0), ("label smoothing", None)]
-    assert stack(methods.LONG_JOB_STEPS // 10) == grown
+    assert stack(methods.LONG_JOB_STEPS // 10) == [*grown, ("label smoothing", None)]
     assert stack() == short_stack  # no job (names checked before fit): the short stack
     images = methods.resolve("fast", kind="image", job=job(epochs=10, steps=1))
     assert [m.name for m in images][0] == "progressive batch"  # images grow at any length
