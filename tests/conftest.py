@@ -31,6 +31,18 @@ def probe_cache(tmp_path_factory, monkeypatch):
     return path
 
 
+@pytest.fixture(scope="session")
+def jobs():
+    """Runs `python SCRIPT ARGS...` jobs, each a process of its own forked from one that
+    imported TensorFlow once for this test process (forked.py): `jobs.run(argv, timeout)`
+    as `subprocess.run(argv, capture_output=True, text=True, timeout=timeout)`."""
+    from forked import ForkServer
+
+    server = ForkServer()
+    yield server
+    server.close()
+
+
 @pytest.fixture
 def mirrored():
     """A 2-replica MirroredStrategy over two logical CPUs."""

@@ -5,7 +5,6 @@ import json
 import os
 import pathlib
 import re
-import subprocess
 import sys
 import time
 import warnings
@@ -30,14 +29,13 @@ JOB = SCRIPTS / "async_save_job.py"
 TRIALS = 20
 
 
-def run(*args, timeout=180):
-    return subprocess.run(
-        [sys.executable, str(JOB), *map(str, args)], capture_output=True, text=True, timeout=timeout
-    )
+def run(jobs, *args, timeout=180):
+    """The job in a process of its own, forked from one that imported TensorFlow (conftest)."""
+    return jobs.run([sys.executable, str(JOB), *map(str, args)], timeout=timeout)
 
 
-def test_sigkill_during_background_writes_always_leaves_an_exact_checkpoint(tmp_path):
-    result = run("kill", tmp_path, TRIALS, 40)
+def test_sigkill_during_background_writes_always_leaves_an_exact_checkpoint(tmp_path, jobs):
+    result = run(jobs, "kill", tmp_path, TRIALS, 40)
     assert result.returncode == 0, result.stderr[-3000:]
     delays = json.loads(result.stdout.strip().splitlines()[-1])
     assert len(delays) == TRIALS
@@ -205,9 +203,9 @@ def test_checkpointing_validates_asynchronous():
         Checkpointing("d", asynchronous="yes")
 
 
-def test_sigterm_during_a_background_write_completes_it_and_exits_0(tmp_path):
+def test_sigterm_during_a_background_write_completes_it_and_exits_0(tmp_path, jobs):
     # The documented preemption status (docs/how-to/resume.md): 0 once a checkpoint holds it.
-    result = run("term", tmp_path / "job")
+    result = run(jobs, "term", tmp_path / "job")
     assert result.returncode == 0, result.stderr[-3000:]
     assert "fit returned" not in result.stdout
     assert "SIGTERM" in result.stderr and "run the same command to resume" in result.stderr

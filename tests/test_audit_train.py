@@ -3,7 +3,6 @@
 import os
 import pathlib
 import signal
-import subprocess
 import sys
 
 import keras
@@ -16,30 +15,30 @@ import tfaccel
 JOB = pathlib.Path(__file__).parent / "scripts" / "train_job.py"
 
 
-def run_job(tmp, *extra):
+def run_job(jobs, tmp, *extra):
     cmd = [sys.executable, str(JOB), "--ckpt", str(tmp / "ckpt"), "--out", str(tmp / "out.npz")]
-    return subprocess.run(cmd + list(extra), capture_output=True, text=True, timeout=240)
+    return jobs.run(cmd + list(extra), timeout=240)
 
 
 # -- signals and exit status ----------------------------------------------------------------
 
 
-def test_sigterm_without_checkpoint_dir_exits_143_and_says_nothing_was_saved(tmp_path):
-    result = run_job(tmp_path, "--no-ckpt", "--term-at", "6")
+def test_sigterm_without_checkpoint_dir_exits_143_and_says_nothing_was_saved(tmp_path, jobs):
+    result = run_job(jobs, tmp_path, "--no-ckpt", "--term-at", "6")
     assert result.returncode == 128 + signal.SIGTERM, result.stderr[-2000:]
     assert "SIGTERM" in result.stderr and "nothing was saved" in result.stderr
     assert not (tmp_path / "out.npz").exists()  # the code after fit did not run
 
 
-def test_ctrl_c_without_checkpoint_dir_raises_keyboard_interrupt(tmp_path):
-    result = run_job(tmp_path, "--no-ckpt", "--int-at", "6")
+def test_ctrl_c_without_checkpoint_dir_raises_keyboard_interrupt(tmp_path, jobs):
+    result = run_job(jobs, tmp_path, "--no-ckpt", "--int-at", "6")
     assert result.returncode in (-signal.SIGINT, 128 + signal.SIGINT), result.stderr[-2000:]
     assert "KeyboardInterrupt" in result.stderr and "nothing was saved" in result.stderr
     assert not (tmp_path / "out.npz").exists()
 
 
-def test_sigterm_with_a_checkpoint_exits_0_and_names_it(tmp_path):
-    result = run_job(tmp_path, "--term-at", "10")
+def test_sigterm_with_a_checkpoint_exits_0_and_names_it(tmp_path, jobs):
+    result = run_job(jobs, tmp_path, "--term-at", "10")
     assert result.returncode == 0, result.stderr[-2000:]
     assert "saved the checkpoint" in result.stderr and "ckpt-10" in result.stderr
     assert "run the same command to resume" in result.stderr

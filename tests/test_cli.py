@@ -44,8 +44,10 @@ def test_help_does_not_import_tensorflow():
     assert imported.stdout.strip() == "True", imported.stderr[-2000:]
 
 
-def test_devices_json_is_the_describe_report():
-    result = run_cli("devices", "--json")
+def test_devices_json_is_the_describe_report(jobs):
+    # Forked from a process that imported TensorFlow (conftest.py), which `devices` imports
+    # (the doctor's runs start a Python of their own for the script: plain subprocesses).
+    result = jobs.run([sys.executable, "-m", "tfaccel", "devices", "--json"], timeout=120)
     assert result.returncode == 0, result.stderr
     report = json.loads(result.stdout)
     assert report["gpus"] == []

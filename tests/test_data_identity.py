@@ -1,7 +1,6 @@
 """Nothing stored is reused without proof that it belongs: caches, checkpoints, the tuner."""
 
 import os
-import subprocess
 import sys
 import warnings
 
@@ -168,15 +167,15 @@ print(fingerprint.of_dataset(plain), fingerprint.of_dataset(piped))
 """
 
 
-def test_the_fingerprint_is_the_same_in_another_process():
+def test_the_fingerprint_is_the_same_in_another_process(jobs):
     y = np.zeros(N, np.int64)
     plain = tf.data.Dataset.from_tensor_slices((X, y)).shuffle(8).batch(8)
     piped = data.pipeline(data.from_arrays(X, y), batch_size=8, training=True)
     here = f"{fingerprint.of_dataset(plain)} {fingerprint.of_dataset(piped)}"
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"}
-    there = subprocess.run(
-        [sys.executable, "-c", PROBE], capture_output=True, text=True, check=True, env=env
-    ).stdout.split()
+    probe = jobs.run([sys.executable, "-c", PROBE], env=env)  # forked: conftest.py
+    assert probe.returncode == 0, probe.stderr[-2000:]
+    there = probe.stdout.split()
     assert there == here.split() and "unchecked" not in here
 
 

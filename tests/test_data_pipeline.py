@@ -1,5 +1,4 @@
 import os
-import subprocess
 import sys
 import warnings
 
@@ -265,9 +264,10 @@ os._exit(0)  # killed mid-epoch: the cache lock stays behind
 """
 
 
-def test_stale_cache_lock_from_an_interrupted_run_is_recovered(tmp_path):
+def test_stale_cache_lock_from_an_interrupted_run_is_recovered(tmp_path, jobs):
     path = str(tmp_path / "cache")
-    subprocess.run([sys.executable, "-c", INTERRUPTED_RUN, path], check=True, timeout=120)
+    run = jobs.run([sys.executable, "-c", INTERRUPTED_RUN, path], timeout=120)  # conftest.py
+    assert run.returncode == 0, run.stderr[-2000:]
     locks = [f for f in os.listdir(tmp_path) if f.endswith(".lockfile")]
     assert locks, "the interrupted run should have left a lock"
     with pytest.warns(data.StaleCacheWarning, match="interrupted run"):

@@ -4,7 +4,6 @@ pipelines (workers) read them, so a run saved on N resumes exactly on M."""
 import pathlib
 import re
 import signal
-import subprocess
 import sys
 
 import numpy as np
@@ -172,21 +171,21 @@ def test_a_changed_worker_count_is_refused_unless_the_order_is_global(tmp_path, 
 # -- kill -9 on N, resume on M (subprocesses) ---------------------------------------------------
 
 
-def _job(tmp, name, *extra, expect=0):
+def _job(jobs, tmp, name, *extra, expect=0):
     command = [sys.executable, str(JOB), "--ckpt", str(tmp / f"{name}-ckpt")]
     command += ["--out", str(tmp / name), "--augment", "--epochs", "2"]
     command += ["--history-log", str(tmp / f"{name}.jsonl"), *extra]
-    result = subprocess.run(command, capture_output=True, text=True, timeout=240)
+    result = jobs.run(command, timeout=240)
     assert result.returncode == expect, (result.stdout + result.stderr)[-3000:]
     return result
 
 
-def test_two_replicas_killed_resume_on_one_then_on_two_exactly(tmp_path):
+def test_two_replicas_killed_resume_on_one_then_on_two_exactly(tmp_path, jobs):
     killed = -signal.SIGKILL
-    _job(tmp_path, "full", "--replicas", "2")
+    _job(jobs, tmp_path, "full", "--replicas", "2")
     k1, k2 = str(tmp_path / "k1"), str(tmp_path / "k2")
-    _job(tmp_path, "run", "--replicas", "2", "--kill-at", "8", "--marker", k1, expect=killed)
-    _job(tmp_path, "run", "--replicas", "1", "--kill-at", "20", "--marker", k2, expect=killed)
-    _job(tmp_path, "run", "--replicas", "2")
+    _job(jobs, tmp_path, "run", "--replicas", "2", "--kill-at", "8", "--marker", k1, expect=killed)
+    _job(jobs, tmp_path, "run", "--replicas", "1", "--kill-at", "20", "--marker", k2, expect=killed)
+    _job(jobs, tmp_path, "run", "--replicas", "2")
     assert (tmp_path / "k1").exists() and (tmp_path / "k2").exists()
     assert_same_run(tmp_path, "run", "full")

@@ -1,8 +1,8 @@
-"""Checkpoint/resume, preemption and divergence (training jobs run as subprocesses)."""
+"""Checkpoint/resume, preemption and divergence (training jobs run as processes of their own,
+forked from one that imported TensorFlow once: forked.py)."""
 
 import pathlib
 import signal
-import subprocess
 import sys
 
 import keras
@@ -17,9 +17,9 @@ JOB = pathlib.Path(__file__).parent / "scripts" / "train_job.py"
 EPOCHS, STEPS_PER_EPOCH, EXAMPLES = 3, 12, 96
 
 
-def run_job(tmp, name, *extra, expect=0):
+def run_job(jobs, tmp, name, *extra, expect=0):
     cmd = [sys.executable, str(JOB), "--ckpt", str(tmp / name), "--out", str(tmp / f"{name}.npz")]
-    result = subprocess.run(cmd + list(extra), capture_output=True, text=True, timeout=240)
+    result = jobs.run(cmd + list(extra), timeout=240)
     assert result.returncode == expect, result.stderr[-3000:]
     return result
 
@@ -33,9 +33,9 @@ def weights(result):
 
 
 @pytest.fixture(scope="module")
-def uninterrupted(tmp_path_factory):
+def uninterrupted(tmp_path_factory, jobs):
     tmp = tmp_path_factory.mktemp("full")
-    run_job(tmp, "full")
+    run_job(jobs, tmp, "full")
     return load(tmp, "full")
 
 
@@ -60,52 +60,54 @@ def test_uninterrupted_run_learns(uninterrupted):
     assert uninterrupted["last_loss"] < uninterrupted["first_loss"]
 
 
-def test_kill_9_mid_epoch_then_rerun_resumes_exactly(tmp_path, uninterrupted):
-    killed = run_job(tmp_path, "job", "--kill-at", "18", expect=-signal.SIGKILL)
+def test_kill_9_mid_epoch_then_rerun_resumes_exactly(tmp_path, uninterrupted, jobs):
+    killed = run_job(jobs, tmp_path, "job", "--kill-at", "18", expect=-signal.SIGKILL)
     assert killed.returncode == -signal.SIGKILL
     assert tf.train.latest_checkpoint(str(tmp_path / "job")).endswith("ckpt-16")
-    run_job(tmp_path, "job", "--kill-at", "18")  # the same command again
+    run_job(jobs, tmp_path, "job", "--kill-at", "18")  # the same command again
     assert_same_training(load(tmp_path, "job"), uninterrupted)
     # The interrupted epoch's loss and accuracy include its steps before the kill.
     assert_same_history(load(tmp_path, "job"), uninterrupted, epochs=2)
 
 
-def test_kill_9_after_a_save_on_the_epoch_boundary_logs_no_phantom_epoch(tmp_path, uninterrupted):
+def test_kill_9_after_a_save_on_the_epoch_boundary_logs_no_phantom_epoch(
+    tmp_path, uninterrupted, jobs
+):
     # checkpoint_every=4 lands on step 12, the last of epoch 0; killed at step 14.
-    run_job(tmp_path, "job", "--kill-at", "14", expect=-signal.SIGKILL)
+    run_job(jobs, tmp_path, "job", "--kill-at", "14", expect=-signal.SIGKILL)
     assert tf.train.latest_checkpoint(str(tmp_path / "job")).endswith("ckpt-12")
-    run_job(tmp_path, "job", "--kill-at", "14")
+    run_job(jobs, tmp_path, "job", "--kill-at", "14")
     result = load(tmp_path, "job")
     assert_same_training(result, uninterrupted)
     assert_same_history(result, uninterrupted, epochs=2)  # epochs 1 and 2; no empty epoch
 
 
-def test_kill_9_mid_epoch_with_stateless_augmentation_resumes_bit_for_bit(tmp_path):
-    run_job(tmp_path, "full", "--augment")
-    run_job(tmp_path, "job", "--augment", "--kill-at", "18", expect=-signal.SIGKILL)
-    run_job(tmp_path, "job", "--augment", "--kill-at", "18")
+def test_kill_9_mid_epoch_with_stateless_augmentation_resumes_bit_for_bit(tmp_path, jobs):
+    run_job(jobs, tmp_path, "full", "--augment")
+    run_job(jobs, tmp_path, "job", "--augment", "--kill-at", "18", expect=-signal.SIGKILL)
+    run_job(jobs, tmp_path, "job", "--augment", "--kill-at", "18")
     result, reference = load(tmp_path, "job"), load(tmp_path, "full")
     assert_same_training(result, reference)
     assert_same_history(result, reference, epochs=2)
 
 
-def test_kill_9_mid_epoch_on_one_device_with_augmentation_resumes_exactly(tmp_path):
+def test_kill_9_mid_epoch_on_one_device_with_augmentation_resumes_exactly(tmp_path, jobs):
     # OneDeviceStrategy's iterator cannot be saved: the resumed run skips ahead on its one
     # iterator (a second one of the same dataset would draw the next shuffle order).
     args = ("--augment", "--one-device")
-    run_job(tmp_path, "full", *args)
-    run_job(tmp_path, "job", *args, "--kill-at", "18", expect=-signal.SIGKILL)
-    run_job(tmp_path, "job", *args, "--kill-at", "18")
+    run_job(jobs, tmp_path, "full", *args)
+    run_job(jobs, tmp_path, "job", *args, "--kill-at", "18", expect=-signal.SIGKILL)
+    run_job(jobs, tmp_path, "job", *args, "--kill-at", "18")
     result, reference = load(tmp_path, "job"), load(tmp_path, "full")
     assert_same_training(result, reference)
     assert_same_history(result, reference, epochs=2)
 
 
-def test_sigterm_saves_at_last_step_and_exits_cleanly(tmp_path, uninterrupted):
-    run_job(tmp_path, "job", "--term-at", "10")  # exit status 0
+def test_sigterm_saves_at_last_step_and_exits_cleanly(tmp_path, uninterrupted, jobs):
+    run_job(jobs, tmp_path, "job", "--term-at", "10")  # exit status 0
     assert not (tmp_path / "job.npz").exists(), "fit must exit, not return, on preemption"
     assert tf.train.latest_checkpoint(str(tmp_path / "job")).endswith("ckpt-10")
-    run_job(tmp_path, "job", "--term-at", "10")
+    run_job(jobs, tmp_path, "job", "--term-at", "10")
     assert_same_training(load(tmp_path, "job"), uninterrupted)
 
 

@@ -174,8 +174,7 @@ def test_freed_in_background_keeps_the_dataset_and_refuses_other_input():
         iterators.freed_in_background(np.zeros(3))
 
 
-def test_a_process_exits_cleanly_with_an_iterator_being_freed():
-    import subprocess
+def test_a_process_exits_cleanly_with_an_iterator_being_freed(jobs):
     import sys
 
     code = (
@@ -189,6 +188,6 @@ def test_a_process_exits_cleanly_with_an_iterator_being_freed():
         "    del it\n"
         "print('done')\n"
     )
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    done = jobs.run([sys.executable, "-c", code])  # a process of its own: conftest.py
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.strip().endswith("done")

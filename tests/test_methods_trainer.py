@@ -311,14 +311,13 @@ np.save(out, np.concatenate([w.ravel() for w in trainer.model.get_weights()]))
 """
 
 
-def test_kill_9_mid_epoch_with_methods_on_resumes_to_the_uninterrupted_weights(tmp_path):
+def test_kill_9_mid_epoch_with_methods_on_resumes_to_the_uninterrupted_weights(tmp_path, jobs):
     """One-cycle and EMA (optimizer state) and MixUp (a batch map) on the pattern users
     write, a reshuffling `shuffle`, then `batch` and `prefetch`: killed mid-epoch, the
     resumed run's later epochs keep the uninterrupted run's orders (tf.data's buffered
     iterator checkpoint restored the shuffle's seeds epochs ahead; the Trainer saves
     the stream symbolically, `Feed.symbolic`)."""
     import signal
-    import subprocess
     import sys
 
     script = tmp_path / "job.py"
@@ -326,7 +325,7 @@ def test_kill_9_mid_epoch_with_methods_on_resumes_to_the_uninterrupted_weights(t
 
     def job(directory, kill_at, out):
         args = [sys.executable, str(script), directory, str(kill_at), str(tmp_path / out)]
-        return subprocess.run(args, capture_output=True, text=True, timeout=300)
+        return jobs.run(args, timeout=300)  # a process of its own (conftest.py)
 
     whole = job("", 0, "whole.npy")
     assert whole.returncode == 0, whole.stderr[-2000:]
