@@ -127,16 +127,15 @@ EXPECTED = {
 }
 
 
-def run_page(page: str, folder: pathlib.Path) -> None:
-    """Runs the page's Python blocks in order in one subprocess; checks what it prints.
+def run_page(page: str, folder: pathlib.Path, jobs) -> None:
+    """Runs the page's Python blocks in order in one process of their own (forked from one
+    that imported TensorFlow: conftest.py's `jobs`); checks what it prints.
 
     tests/test_docs_data_pages.py and tests/test_docs_training_pages.py run the pages, in
     two files so that pytest-xdist's `--dist loadfile` hands them to two processes."""
-    result = subprocess.run(
+    result = jobs.run(
         [sys.executable, "-c", page_script(DOCS / page)],
         cwd=folder,  # pages write their files (runs/, images/) here
-        capture_output=True,
-        text=True,
         timeout=600,
     )
     assert result.returncode == 0, result.stderr[-3000:]

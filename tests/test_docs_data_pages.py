@@ -13,5 +13,5 @@ PAGES = [
 
 
 @pytest.mark.parametrize("page", PAGES)
-def test_page_python_blocks_run_in_order(page, tmp_path):
-    run_page(page, tmp_path)
+def test_page_python_blocks_run_in_order(page, tmp_path, jobs):
+    run_page(page, tmp_path, jobs)

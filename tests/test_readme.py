@@ -4,7 +4,6 @@ The other pages' code blocks are run by tests/test_docs.run_page (tests/test_doc
 
 import pathlib
 import re
-import subprocess
 import sys
 
 README = pathlib.Path(__file__).resolve().parents[1] / "README.md"
@@ -21,17 +20,15 @@ def python_blocks(text: str, sections=EXECUTED_SECTIONS) -> list[str]:
     return blocks
 
 
-def test_readme_python_blocks_run_as_pasted(tmp_path):
+def test_readme_python_blocks_run_as_pasted(tmp_path, jobs):
     blocks = python_blocks(README.read_text())
     assert len(blocks) == 1  # the quickstart
     script = "\n".join(blocks) + (
         "\nprint('FINAL', results['accuracy'], len(trainer.model.history.history['loss']))\n"
     )
-    result = subprocess.run(
+    result = jobs.run(  # a process of its own, forked from one that imported TF (conftest)
         [sys.executable, "-c", script],
         cwd=tmp_path,  # the quickstart writes runs/quickstart here
-        capture_output=True,
-        text=True,
         timeout=600,
     )
     assert result.returncode == 0, result.stderr[-3000:]
