@@ -111,6 +111,7 @@ def host_fixes(m: Measured) -> list[Fix]:
             _gain(m, t_step=s + o / best),
             f"each call costs {o * 1e3:.2f} ms on the host for steps of {s * 1e3:.2f} ms; "
             f"{best} steps per call keep it under {loop_size.OVERHEAD_TARGET:.0%}",
+            code=None if m.trainer else f"model.steps_per_execution = {best}",
         )
     ]
 
@@ -133,31 +134,50 @@ def communication_fixes(m: Measured) -> list[Fix]:
     k = accumulation_for(m)
     ar = parts(m)["communication"]
     gain = _gain(m, t_step=cached_step_s(m) - ar + ar / k)
-    where = "Trainer(..., accumulate_steps={k})" if m.trainer else "tfaccel.Trainer(model, ...)"
+    where = f"Trainer(..., accumulate_steps={k})" if m.trainer else _port(f"accumulate_steps={k}")
     return [
         Fix(
             "communication",
-            where.format(k=k),
+            where,
             gain,
             f"the all-reduce of {m.gradient_mb:.1f} MB of gradients takes {ar * 1e3:.1f} ms "
             f"a step; summed over {k} batches it runs once per {k} (effective batch "
             f"{k * m.batch}: scale the learning rate with tuning.scaled_learning_rate)",
+            numerics=True,
+            code=None if m.trainer else _port_code(f"accumulate_steps={k}"),
         ),
         Fix(
             "communication",
             f"a {k}x larger batch per replica with a scaled learning rate",
             gain,
             "the same all-reduce carries k times the examples (if memory allows)",
+            numerics=True,
         ),
     ]
 
 
-def _measured_compute_fix(m: Measured, action: str, speedup: float, why: str) -> list[Fix]:
+def _port(argument: str) -> str:
+    """A Trainer argument, for a `model.fit` script: the one-line port, named as such."""
+    return (
+        f"tfaccel.Trainer(model, {argument}).fit(...) in place of model.fit(...) "
+        "(a one-line port to the Trainer: it takes fit's arguments)"
+    )
+
+
+def _port_code(argument: str) -> str:
+    return f"trainer = tfaccel.Trainer(model, {argument})"
+
+
+def _policy_code(policy: str) -> str:
+    return f'keras.mixed_precision.set_global_policy("{policy}")'
+
+
+def _measured_compute_fix(m: Measured, action: str, speedup: float, why: str, **more) -> list[Fix]:
     """A fix whose compute part was measured `speedup` times faster: the step predicted
     with the compute part divided by it; listed by `worth_listing`."""
     compute = parts(m)["compute"]
     step = cached_step_s(m) - compute + compute / speedup
-    fix = Fix("compute", action, _gain(m, t_step=step), why, measured=speedup)
+    fix = Fix("compute", action, _gain(m, t_step=step), why, measured=speedup, **more)
     return [fix] if worth_listing(fix) else []
 
 
@@ -167,10 +187,13 @@ def _xla_fix(m: Measured) -> list[Fix]:
         return []
     return _measured_compute_fix(
         m,
-        "Trainer(..., jit_compile=True) (XLA)" if m.trainer else "compile(jit_compile=True)",
+        "Trainer(..., jit_compile=True) (XLA)"
+        if m.trainer
+        else "model.compile(..., jit_compile=True) (XLA)",
         m.xla_speedup,
         f"measured (deep=True): the forward and backward passes ran {m.xla_speedup:.2f}x "
         "as fast compiled with XLA",
+        code=None if m.trainer else "model.jit_compile = True",
     )
 
 
@@ -184,10 +207,12 @@ def _precision_fix(m: Measured) -> list[Fix]:
         m,
         f'Trainer(..., precision="auto") (it measured {policy})'
         if m.trainer
-        else f'tfaccel.Trainer(model, precision="{policy}")',
+        else f"{_policy_code(policy)} before the model is built",
         speedup,
         f"measured: the forward and backward passes ran {speedup:.2f}x as fast under "
         f"{policy} as under {m.dtype_policy}",
+        numerics=True,
+        code=None if m.trainer else _policy_code(policy),
     )
 
 
@@ -233,6 +258,7 @@ def _compute_fixes_unmeasured(m: Measured) -> list[Fix]:
                 f"the step computes{known}; larger matrices run closer to the peak (the "
                 "prediction is that bound)",
                 condition="if a larger batch fits and trains as well (scale the learning rate)",
+                numerics=True,
             )
         ]
     out = []
@@ -240,9 +266,13 @@ def _compute_fixes_unmeasured(m: Measured) -> list[Fix]:
         out.append(
             Fix(
                 "compute",
-                'Trainer(..., precision="auto") (mixed precision)',
+                'Trainer(..., precision="auto") (mixed precision)'
+                if m.trainer
+                else f"{_policy_code('mixed_float16')} before the model is built",
                 None,
                 "this GPU has tensor cores that float32 does not use; not measured here",
+                numerics=True,
+                code=None if m.trainer else _policy_code("mixed_float16"),
             )
         )
     if not m.jit_compile:
@@ -251,9 +281,10 @@ def _compute_fixes_unmeasured(m: Measured) -> list[Fix]:
                 "compute",
                 "Trainer(..., jit_compile=True) (XLA)"
                 if m.trainer
-                else "compile(jit_compile=True)",
+                else "model.compile(..., jit_compile=True) (XLA)",
                 None,
                 "fuses element-wise ops; not measured here",
+                code=None if m.trainer else "model.jit_compile = True",
             )
         )
     return out
@@ -266,16 +297,23 @@ def memory_fixes(m: Measured) -> list[Fix]:
     return [
         Fix(
             "memory",
-            "Trainer(..., accumulate_steps=2) with half the batch",
+            "Trainer(..., accumulate_steps=2) with half the batch"
+            if m.trainer
+            else _port("accumulate_steps=2") + " with half the batch",
             None,
             f"the peak is {fraction:.0%} of {m.memory.get('what')}: the same effective "
             "batch in two passes",
+            code=None if m.trainer else _port_code("accumulate_steps=2"),
         ),
         Fix(
             "memory",
-            "mixed precision or remat (tfaccel.blocks remat=True)",
+            "mixed precision or remat (tfaccel.blocks remat=True)"
+            if m.trainer
+            else f"{_policy_code('mixed_float16')} before the model is built, or remat "
+            "(tfaccel.blocks remat=True)",
             None,
             "less activation memory",
+            numerics=True,
         ),
     ]
 
@@ -292,8 +330,10 @@ def largest_batch(m: Measured) -> int | None:
 
 
 def fixes(m: Measured) -> list[Fix]:
-    """Fixes for the verdict's stage first (measured ones first, then by predicted gain),
-    then the others worth listing."""
+    """Fixes for the verdict's stage first, then the others worth listing; in each part,
+    by predicted time to accuracy: the fixes that keep the numerics (the same path to the
+    target in less time a step) by predicted gain, then those that change them (their gain
+    is in examples/s; the epochs may grow), then those that hold only under a condition."""
     found = {
         "input": input_fixes(m),
         "host": host_fixes(m),
@@ -312,4 +352,4 @@ def fixes(m: Measured) -> list[Fix]:
 
 
 def _rank(fix: Fix) -> tuple:
-    return (fix.condition is not None, -(fix.gain or 0.0), fix.measured is None)
+    return (fix.condition is not None, fix.numerics, -(fix.gain or 0.0), fix.measured is None)

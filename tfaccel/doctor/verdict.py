@@ -108,12 +108,20 @@ class Fix:
     software: bool = True  # False: the "nothing to gain here" answer
     condition: str | None = None  # when it applies (ranked after unconditional fixes)
     measured: float | None = None  # the speed-up measured of the part it changes, if any
+    numerics: bool = False  # changes what is computed (precision, batch): the path may change
+    code: str | None = None  # for a model.fit script: the Keras statement, run on `model`
 
     def line(self) -> str:
         """One line: the action, its predicted gain, why, and when it applies."""
         gain = "" if self.gain is None else f" (predicted {self.gain:.2f}x)"
         when = f", {self.condition}" if self.condition else ""
-        return f"{self.action}{gain}: {self.why}{when}"
+        numerics = (
+            "; changes the numerics: the gain is in examples/s, the epochs to the target may "
+            "grow (adopt it once the loss after the same examples is no worse)"
+            if self.numerics
+            else ""
+        )
+        return f"{self.action}{gain}: {self.why}{when}{numerics}"
 
 
 def parts(m: Measured) -> dict[str, float]:
