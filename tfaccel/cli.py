@@ -114,10 +114,12 @@ def _run_recipe(command: str, flag: str, missing: str, args, extra=()) -> int:
     """Runs `python RECIPE --flag [extra] [recipe args]` for the `tfaccel <command>` commands.
 
     Returns 2 (with the reason on stderr) when the file is missing, is not a `.py` script
-    or lacks `flag`.
+    or its code does not take `flag` (`script_flags.declares_flag`: not run at all).
     """
     import pathlib
     import subprocess
+
+    from tfaccel.script_flags import declares_flag
 
     recipe = pathlib.Path(args.recipe)
     if not recipe.is_file():
@@ -134,11 +136,25 @@ def _run_recipe(command: str, flag: str, missing: str, args, extra=()) -> int:
             file=sys.stderr,
         )
         return 2
-    if flag not in recipe.read_text(errors="replace"):
-        print(f"tfaccel {command}: {recipe} has no {flag} option. {missing}", file=sys.stderr)
+    if not declares_flag(recipe, flag):
+        print(f"tfaccel {command}: {_no_flag(recipe, flag)} {missing}", file=sys.stderr)
         return 2
     recipe_args = args.recipe_args[1:] if args.recipe_args[:1] == ["--"] else args.recipe_args
     return subprocess.call([sys.executable, str(recipe), flag, *extra, *recipe_args])
+
+
+def _no_flag(recipe, flag: str) -> str:
+    """Why `recipe` was not run with `flag`, and the command that fits it if one does."""
+    from tfaccel.script_flags import declares_flag
+
+    text = (
+        f"{recipe} has no {flag} option: its code declares no {flag!r} argument (a mention "
+        "in a comment or a docstring, or a longer flag, does not count), so it was not run."
+    )
+    for other, command in (("--tune-batch-size", "tune-batch-size"), ("--tune", "tune")):
+        if other != flag and declares_flag(recipe, other):
+            text += f" It takes {other}: tfaccel {command} {recipe}."
+    return text
 
 
 def _tune_batch_size(args: argparse.Namespace) -> int:
