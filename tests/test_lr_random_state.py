@@ -71,11 +71,9 @@ def test_nan_inputs_partway_are_named_not_read_as_divergence(trainer):
     if trainer:
         strategy = tfaccel.devices.strategy("one_device")
         target = tfaccel.Trainer(model, strategy=strategy, steps_per_loop=1)
-    report = tuning.find_learning_rate(target, _dataset(x), num_steps=16, max_lr=1e-2)
-    assert report.stopped == "non-finite input"
-    assert len(report.losses) == 11 and not np.isfinite(report.losses[-1])
-    assert report.suggestion is None
-    assert "non-finite input or label" in report.reason and "step 11" in report.reason
+    # the inputs themselves are checked as the test reads them (issue 69): no curve
+    with pytest.raises(ValueError, match=r"batch 10 of the data .*non-finite feature"):
+        tuning.find_learning_rate(target, _dataset(x), num_steps=16, max_lr=1e-2)
 
 
 def test_a_climbing_loss_that_overflows_is_still_divergence():

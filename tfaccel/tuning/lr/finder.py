@@ -32,6 +32,7 @@ import tensorflow as tf
 
 from tfaccel.train.loop.faults import TrainingDivergedError
 from tfaccel.tuning.lr import decline as lr_decline
+from tfaccel.tuning.lr import inputs as lr_inputs
 from tfaccel.tuning.lr import nonfinite as lr_nonfinite
 from tfaccel.tuning.lr import rule as lr_rule
 from tfaccel.tuning.lr import sizing as lr_sizing
@@ -368,13 +369,16 @@ def find_learning_rate(
         A `LearningRateReport` (`suggestion`, `reason`, the curve, `plot()`, `to_dict()`).
 
     Raises:
-        ValueError: the data holds fewer batches than `num_steps` (or ran out before
-            enough points), the loss of the first batch is not finite (before any update:
-            the data or the model, not the rate), a bad range, or a model not compiled.
+        ValueError: the features or labels hold NaN or inf (`lr_inputs`: arrays before
+            anything runs, a dataset's batch as it is read), the data holds fewer batches
+            than `num_steps` (or ran out before enough points), the loss of the first
+            batch is not finite (before any update: the model, not the rate), a bad
+            range, or a model not compiled.
         TypeError: a target that is neither a Trainer nor a keras.Model.
     """
     _check_arguments(min_lr, max_lr, num_steps, budget_s, stop_factor)
     model, optimizer, objects, trainer = _target(target)
+    data = lr_inputs.checked(data, y)  # NaN or inf inputs: a ValueError naming them
     job_steps = batch = None
     if job_examples is not None:
         lr_sizing.check_job_examples(job_examples)
@@ -383,7 +387,8 @@ def find_learning_rate(
         if num_steps < needed:
             return lr_sizing.not_run(num_steps, needed, job_steps, job_examples, batch)
         if trainer is None:
-            early = lr_decline.forward(model, data, y, batch, num_steps, job_steps, budget_s)
+            with lr_inputs.named():
+                early = lr_decline.forward(model, data, y, batch, num_steps, job_steps, budget_s)
             if early is not None:
                 return early
     _build_optimizer(model, trainer)
@@ -406,15 +411,16 @@ def find_learning_rate(
         kwargs["shuffle"] = False  # Keras warns that a dataset is not shuffled by fit
     began = time.perf_counter()
     try:
-        target.fit(
-            data,
-            y,
-            epochs=1,
-            steps_per_epoch=num_steps,
-            callbacks=[ramp],
-            verbose=verbose,
-            **kwargs,
-        )
+        with lr_inputs.named():
+            target.fit(
+                data,
+                y,
+                epochs=1,
+                steps_per_epoch=num_steps,
+                callbacks=[ramp],
+                verbose=verbose,
+                **kwargs,
+            )
     except TrainingDivergedError:  # the Trainer refuses non-finite weights at once
         ramp.rates.append(ramp.rate_at(ramp.done))
         ramp.losses.append(math.nan)
