@@ -11,8 +11,10 @@ processes in a small JSON file under `cache_dir()` ($TFACCEL_CACHE_DIR, default
 description its caller gives: host, CPU model and flags, GPUs; TensorFlow's and Keras's
 versions, the threads TensorFlow may use, the policies and this probe's parameters). A
 file of another machine, TensorFlow or probe is never read as this one's; an unreadable,
-corrupt or mismatched file is measured again (and rewritten), never an error; a cache
-that cannot be written costs nothing but the next process's measurement.
+corrupt or mismatched file is measured again (and rewritten), never an error; a file
+that is not this user's (or root's), that others can write, or that is not a regular
+file (a FIFO, a link) is ignored with a warning; a cache that cannot be written costs
+nothing but the next process's measurement.
 """
 
 from __future__ import annotations
@@ -27,11 +29,13 @@ import os
 import pathlib
 import tempfile
 import time
+import warnings
 
 import keras
 import tensorflow as tf
 
 from tfaccel import strict_json
+from tfaccel.trusted_file import Untrusted, read_trusted
 
 BUDGET_S = 2.0
 WHAT = "a 1024x1024 matmul and a 3x3 convolution (32x32x64, batch 16)"
@@ -141,16 +145,34 @@ def _rates_for(path: str, key_text: str) -> tuple[dict[str, float], str]:
 
 
 def _read(path: pathlib.Path, key: dict) -> tuple[dict[str, float], str] | None:
-    """The rates and their date from `path` when it holds `key`'s, all finite and > 0."""
+    """The rates and their date from `path` when it holds `key`'s, all finite and > 0.
+
+    Only a regular file of this user (or root) that nobody else can write is read
+    (`trusted_file`): another is ignored with a warning (in a shared cache directory
+    another user could plant rates, or a FIFO that would block the read).
+    """
     try:
-        stored = json.loads(path.read_text())
+        text = read_trusted(path, owners=(0,))
+    except FileNotFoundError:
+        return None
+    except Untrusted as refused:
+        warnings.warn(
+            f"tfaccel: ignored the operations' rates cache {path}: {refused}. Only a regular "
+            "file of this user (or root) that nobody else can write is read; measuring "
+            "afresh. Remove that file, or set TFACCEL_CACHE_DIR to a directory of your own.",
+            stacklevel=2,
+        )
+        return None
+    except (OSError, ValueError) as error:  # ValueError: not text
+        logger.info("The operations' rates cache %s is not readable (%s): measuring.", path, error)
+        return None
+    try:
+        stored = json.loads(text)
         rates = {p: float(stored["rates"][p]) for p in key["policies"]}
         when = str(stored["measured"])
         if stored["key"] != key or not all(math.isfinite(r) and r > 0 for r in rates.values()):
             raise ValueError("another key, or rates not finite and positive")
-    except FileNotFoundError:
-        return None
-    except (OSError, ValueError, TypeError, KeyError, AttributeError) as error:
+    except (ValueError, TypeError, KeyError, AttributeError) as error:
         logger.info("The operations' rates cache %s is not usable (%s): measuring.", path, error)
         return None
     return rates, when

@@ -26,7 +26,6 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
-import stat
 import sys
 import tempfile
 import threading
@@ -35,6 +34,7 @@ import uuid
 
 from tfaccel.data.service import sealed
 from tfaccel.errors import ServiceError
+from tfaccel.trusted_file import Untrusted, read_trusted
 
 ANSWER_S = 90.0
 """How long a training process waits for the relay's answer."""
@@ -136,24 +136,9 @@ def _read_trusted(path: str) -> str:
         ServiceError: "refused: ..." (a link, another owner, another mode).
     """
     try:
-        descriptor = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-    except OSError as error:
-        if isinstance(error, FileNotFoundError):
-            raise
-        raise ServiceError(f"refused: cannot open it safely ({error.strerror})") from None
-    with os.fdopen(descriptor) as handle:
-        facts = os.fstat(descriptor)
-        mode = stat.S_IMODE(facts.st_mode)
-        if not stat.S_ISREG(facts.st_mode):
-            raise ServiceError("refused: not a regular file; not loaded")
-        if facts.st_uid != os.geteuid():
-            raise ServiceError(
-                f"refused: owned by uid {facts.st_uid}, not the relay's uid {os.geteuid()}; "
-                "not loaded"
-            )
-        if mode != 0o600:
-            raise ServiceError(f"refused: mode {mode:04o}, not 0600; not loaded")
-        return handle.read()
+        return read_trusted(path, mode=0o600, whose="the relay's")
+    except Untrusted as refused:
+        raise ServiceError(f"refused: {refused}; not loaded") from None
 
 
 @contextlib.contextmanager
