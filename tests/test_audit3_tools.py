@@ -16,7 +16,7 @@ import tensorflow as tf
 
 import tfaccel
 from tfaccel import cli, precision, precision_probe, tuning
-from tfaccel.script_flags import declares_flag
+from tfaccel.files.script_flags import declares_flag
 from tfaccel.tuning.lr import inputs as lr_inputs
 
 # -- 5: tfaccel tune / tune-batch-size decide by the script's code ------------------------

@@ -114,12 +114,12 @@ def _run_recipe(command: str, flag: str, missing: str, args, extra=()) -> int:
     """Runs `python RECIPE --flag [extra] [recipe args]` for the `tfaccel <command>` commands.
 
     Returns 2 (with the reason on stderr) when the file is missing, is not a `.py` script
-    or its code does not take `flag` (`script_flags.declares_flag`: not run at all).
+    or its code does not take `flag` (`files.script_flags.declares_flag`: not run at all).
     """
     import pathlib
     import subprocess
 
-    from tfaccel.script_flags import declares_flag
+    from tfaccel.files.script_flags import declares_flag
 
     recipe = pathlib.Path(args.recipe)
     if not recipe.is_file():
@@ -145,7 +145,7 @@ def _run_recipe(command: str, flag: str, missing: str, args, extra=()) -> int:
 
 def _no_flag(recipe, flag: str) -> str:
     """Why `recipe` was not run with `flag`, and the command that fits it if one does."""
-    from tfaccel.script_flags import declares_flag
+    from tfaccel.files.script_flags import declares_flag
 
     text = (
         f"{recipe} has no {flag} option: its code declares no {flag!r} argument (a mention "

@@ -35,7 +35,7 @@ import keras
 import tensorflow as tf
 
 from tfaccel import strict_json
-from tfaccel.trusted_file import Untrusted, read_trusted
+from tfaccel.files.trusted import Untrusted, read_trusted
 
 BUDGET_S = 2.0
 WHAT = "a 1024x1024 matmul and a 3x3 convolution (32x32x64, batch 16)"
@@ -148,7 +148,7 @@ def _read(path: pathlib.Path, key: dict) -> tuple[dict[str, float], str] | None:
     """The rates and their date from `path` when it holds `key`'s, all finite and > 0.
 
     Only a regular file of this user (or root) that nobody else can write is read
-    (`trusted_file`): another is ignored with a warning (in a shared cache directory
+    (`files.trusted`): another is ignored with a warning (in a shared cache directory
     another user could plant rates, or a FIFO that would block the read).
     """
     try:

@@ -27,6 +27,11 @@ FREED_NOTE = (
     "the iterators model.fit drops each epoch are freed off its thread (no wait on "
     "tf.data's autotuner); data unchanged"
 )
+# The settings table's row when for_fit made the labels one-hot.
+ONE_HOT_NOTE = (
+    "class ids made one-hot for the soft targets: pass validation_data="
+    "plan.evaluation_data(val) (and plan.evaluation_data(data) to evaluate)"
+)
 
 
 @dataclasses.dataclass
@@ -130,10 +135,13 @@ class Plan:
 
     def table(self) -> list[tuple[str, str]]:
         """`("fast", why)` when "fast" chose, `(method, what it changes)` rows, then
-        `(method, "dropped: why")` rows."""
+        `(method, "dropped: why")` rows; for `for_fit`'s plan, a "labels" row when they
+        were made one-hot (validate on `evaluation_data`) and the "input" row."""
         rows = [("fast", self.chosen)] if self.chosen else []
         rows += [(m.name, m.changes) for m in self.methods]
         rows += [(name, f"dropped: {why}") for name, why in self.dropped]
+        if self.one_hot and self.dataset is not None:  # for_fit's: model.fit takes val as is
+            rows.append(("labels", ONE_HOT_NOTE))
         return rows + [("input", FREED_NOTE)] if self.freed else rows
 
     def describe(self) -> str:

@@ -174,14 +174,34 @@ def resolve(methods, kind: str | None = None, job: Job | None = None) -> list[Me
         if kind not in FAST:
             raise ValueError(f"methods='fast' needs the job's kind, one of {KINDS}; got {kind!r}.")
         return FAST[kind](job)
-    items = [methods] if isinstance(methods, Method) else list(methods)
+    if isinstance(methods, type) and issubclass(methods, Method):
+        raise TypeError(_a_class(methods, "is"))
+    if isinstance(methods, Method):
+        return [methods]
+    try:
+        items = list(methods)
+    except TypeError:
+        raise TypeError(
+            f"methods={methods!r}: use 'fast', 'none', a method or a list of methods (e.g. "
+            "[methods.LabelSmoothing(0.1), methods.EMA(0.99)])."
+        ) from None
     for item in items:
+        if isinstance(item, type) and issubclass(item, Method):
+            raise TypeError(_a_class(item, "holds"))
         if not isinstance(item, Method):
             raise TypeError(
                 f"methods= holds {item!r}, not a tfaccel.methods method (e.g. "
                 "methods.LabelSmoothing(0.1), methods.EMA(0.99))."
             )
     return items
+
+
+def _a_class(cls: type, verb: str) -> str:
+    name = cls.__name__
+    return (
+        f"methods= {verb} the class methods.{name}, not a method: write methods.{name}() "
+        f"(with its arguments, e.g. methods.{name}(...)) to use it."
+    )
 
 
 def compose(methods: list[Method]) -> tuple[list[Method], list[tuple[str, str]]]:
@@ -301,14 +321,17 @@ def for_fit(
 
     Returns:
         A `Plan`: `.dataset`, `.loss`, `.optimizer`, `.callbacks`, `.evaluation_data(ds)`
-        (validation data with the labels in the training form) and `.describe()`. Its
+        and `.describe()`. Pass validation and evaluation data through
+        `plan.evaluation_data(...)`: a label method over a sparse loss makes the training
+        labels one-hot, and the plan's loss refuses class ids (at the first validation,
+        since `model.fit` reads `validation_data` only then). Its
         datasets free their iterators off `model.fit`'s thread (`data.freed_in_background`;
         the table's "input" row), even with no method.
 
     Raises:
         ValueError, TypeError: a method that cannot apply (each method's `check`), bad
             `epochs` or `steps_per_epoch`, a dataset of unknown length without
-            `steps_per_epoch`.
+            `steps_per_epoch`, a method class instead of a method (`methods.MixUp`).
     """
     if isinstance(epochs, bool) or not isinstance(epochs, int) or epochs < 1:
         raise ValueError(f"epochs must be a positive int, got {epochs!r}.")

@@ -1,12 +1,13 @@
 """Label smoothing, MixUp and CutMix: the methods that train on soft targets.
 
 MixUp and CutMix are batch maps: each batch is mixed with a permutation of itself,
-the features by Keras' own `keras.layers.MixUp` / `keras.layers.CutMix`
-(`transform_images`, `transform_labels`) for images and by the same linear mix for
-other features. The random draws (each example's weight, the permutation, CutMix's
-box) are stateless, from a per-batch seed (see `tfaccel.methods.composition.transform`), so
-the same seed mixes the same way; Keras' layers draw from a stateful generator, which
-neither a test nor a resumed run can repeat.
+the images by Keras' own `keras.layers.MixUp` / `keras.layers.CutMix`
+(`transform_images`), other features by the same linear mix, and the labels by
+`mix_labels` in their own shape (a binary job's `(B,)` stays `(B,)`, where Keras'
+`transform_labels` would make it `(B, B)`). The random draws (each example's weight,
+the permutation, CutMix's box) are stateless, from a per-batch seed (see
+`tfaccel.methods.composition.transform`), so the same seed mixes the same way; Keras'
+layers draw from a stateful generator, which neither a test nor a resumed run can repeat.
 
 Example:
     >>> plan = methods.for_fit([methods.MixUp(0.2), methods.LabelSmoothing(0.1)],
@@ -38,20 +39,24 @@ def _positive(value, name: str) -> float:
     return float(value)
 
 
-def use_soft_targets(plan: Plan) -> None:
-    """Soft targets from here on: sparse labels become one-hot (once), the loss categorical."""
-    info = plan.job.loss_info
-    if info.kind == "sparse" and not plan.one_hot:
+def use_soft_targets(plan: Plan, method: str) -> None:
+    """Soft targets from here on: sparse labels become one-hot (once), the loss categorical
+    (the user's loss with every setting kept: `labels.soft_target_loss`)."""
+    job = plan.job
+    if job.loss_info.kind == "sparse" and not plan.one_hot:
         plan.one_hot = True
-        plan.add_map("one-hot labels", labels.one_hot_map(labels.classes_of(plan.job.model)), 1)
-    plan.loss = labels.categorical_loss(info, max(plan.smoothing, info.smoothing))
+        output = labels.output_of(job)
+        plan.add_map("one-hot labels", labels.one_hot_map(int(output[-1]), len(output)), 1)
+    plan.loss = labels.soft_target_loss(job.loss, plan.smoothing, method)
 
 
 class LabelSmoothing(Method):
     """Trains on targets `(1 - eps) * one_hot + eps / classes` (Keras' `label_smoothing`).
 
-    With sparse integer labels the batches' labels become one-hot and the loss
-    `keras.losses.CategoricalCrossentropy(label_smoothing=eps, from_logits=...)`.
+    The loss keeps every setting of the user's (reduction, `from_logits`, axis, name)
+    and gains `label_smoothing=eps`. With sparse integer labels (one class id per output
+    position: `(B,)`, or `(B, T)` for sequences) the batches' labels become one-hot and
+    the loss categorical; validate on `plan.evaluation_data(val)`.
 
     Args:
         eps: the smoothing, in (0, 1); 0.1 is the usual value.
@@ -72,7 +77,7 @@ class LabelSmoothing(Method):
 
     def apply(self, plan: Plan) -> None:
         plan.smoothing = self.eps
-        use_soft_targets(plan)
+        use_soft_targets(plan, "LabelSmoothing")
 
 
 def beta(shape, alpha: float, seed) -> tf.Tensor:
@@ -88,16 +93,21 @@ def permutation(batch, seed) -> tf.Tensor:
     return tf.argsort(tf.random.stateless_uniform([batch], seed))
 
 
-def mix_labels(layer, y, transformation) -> tf.Tensor:
-    """`w * y + (1 - w) * y[perm]` per example (the Keras layer's label transform)."""
-    return layer.transform_labels(tf.cast(y, tf.float32), transformation)
+def mix_labels(y, transformation) -> tf.Tensor:
+    """`w * y + (1 - w) * y[perm]` per example, as float, in the labels' own shape: `w`
+    spans every axis after the batch (binary `(B,)`, one-hot `(B, C)`, `(B, T, C)`)."""
+    y = tf.cast(y, tf.float32)
+    weight = tf.reshape(transformation["mix_weight"], [-1] + [1] * (y.shape.rank - 1))
+    other = tf.gather(y, transformation["permutation_order"])
+    return weight * y + (1.0 - weight) * other
 
 
 class MixUp(Method):
     """Each batch becomes `w * batch + (1 - w) * batch[perm]`, labels alike; w ~ Beta(a, a).
 
     Images (rank 4) are mixed by `keras.layers.MixUp`; other float features (rows,
-    sequences) by the same formula. Sparse labels become one-hot first.
+    sequences) by the same formula. Sparse labels become one-hot first; binary labels
+    (one sigmoid unit) are mixed as floats in their own shape.
 
     Args:
         alpha: the Beta distribution's parameter (> 0); 0.2 is ImageNet's usual value.
@@ -140,10 +150,10 @@ class MixUp(Method):
             weight = tf.cast(weight, x.dtype)
             other = tf.gather(x, transformation["permutation_order"])
             mixed = weight * x + (1.0 - weight) * other
-        return mixed, mix_labels(self._layer, y, transformation)
+        return mixed, mix_labels(y, transformation)
 
     def apply(self, plan: Plan) -> None:
-        use_soft_targets(plan)
+        use_soft_targets(plan, "MixUp")
 
         def mixup(x, y, seed):
             return self.mix(x, y, self.transformation(tf.shape(x)[0], seed))
@@ -156,8 +166,7 @@ class CutMix(Method):
 
     The box covers a `1 - w` share of the image, w ~ Beta(a, a); the labels' weight is
     the share of pixels kept (counted on the pixel grid, so labels and pixels agree).
-    Images are mixed by `keras.layers.CutMix.transform_images`, labels by its
-    `transform_labels`.
+    Images are mixed by `keras.layers.CutMix.transform_images`, labels by `mix_labels`.
 
     Args:
         alpha: the Beta distribution's parameter (> 0); 1.0 is the paper's value.
@@ -216,10 +225,10 @@ class CutMix(Method):
         masks = transformation["batch_masks"]
         masks = tf.broadcast_to(masks, tf.concat([tf.shape(masks)[:3], tf.shape(x)[3:]], 0))
         images = self._layer.transform_images(x, {**transformation, "batch_masks": masks})
-        return images, mix_labels(self._layer, y, transformation)
+        return images, mix_labels(y, transformation)
 
     def apply(self, plan: Plan) -> None:
-        use_soft_targets(plan)
+        use_soft_targets(plan, "CutMix")
 
         def cutmix(x, y, seed):
             return self.mix(x, y, self.transformation(tf.shape(x), seed))

@@ -1,30 +1,34 @@
 """Class labels and their loss: what the label methods read, and the loss they compile.
 
-Label smoothing, MixUp and CutMix train on soft targets. Keras' categorical losses take
-them (`keras.losses.CategoricalCrossentropy(label_smoothing=..., from_logits=...)`); the
-sparse loss does not. So when a label method meets sparse integer labels, the batches'
-labels are made one-hot (once, before any mixing) and the loss becomes the categorical
-counterpart, keeping `from_logits`. Smoothing is applied once, by the loss, after mixing.
+Label smoothing, MixUp and CutMix train on soft targets. Keras' categorical and binary
+losses take them (`label_smoothing=`); the sparse loss does not. So when a label method
+meets sparse integer labels, the batches' labels are made one-hot (once, before any
+mixing; `(B,)` -> `(B, C)`, sequences `(B, T)` -> `(B, T, C)`) and the loss becomes the
+categorical counterpart. Every setting of the user's loss is kept (reduction,
+`from_logits`, axis, name, dtype, ...), or refused with its name. Smoothing is applied
+once, by the loss, after mixing.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import inspect
 
 import keras
 import tensorflow as tf
 
+from tfaccel.data.checks import label_contract
+
 CLASSIFICATION = ("sparse", "categorical", "binary")
-_NAMES = {
-    "sparse_categorical_crossentropy": "sparse",
-    "categorical_crossentropy": "categorical",
-    "binary_crossentropy": "binary",
-}
 _CLASSES = {
     keras.losses.SparseCategoricalCrossentropy: "sparse",
     keras.losses.CategoricalCrossentropy: "categorical",
+    keras.losses.CategoricalFocalCrossentropy: "categorical",
     keras.losses.BinaryCrossentropy: "binary",
+    keras.losses.BinaryFocalCrossentropy: "binary",
 }
+_BY_NAME = {cls().name: cls for cls in _CLASSES}  # "sparse_categorical_crossentropy": ...
+_NAMES = {name: _CLASSES[cls] for name, cls in _BY_NAME.items()}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -63,23 +67,26 @@ def loss_info(loss) -> LossInfo:
     return LossInfo("other", name=name or type(loss).__name__)
 
 
-def classes_of(model: keras.Model) -> int:
-    """The number of classes: the size of the model's last output axis."""
-    shape = tuple(model.outputs[0].shape) if getattr(model, "outputs", None) else None
+def output_of(job) -> tuple:
+    """The model's output shape, batch first, with a known number of classes (last axis)."""
+    shape = label_contract.output_shape(job.model, job.feature_spec)
     if not shape or shape[-1] is None:
         raise ValueError(
-            "The label methods need a model whose output has a known number of classes "
-            "(its last axis); build the model (keras.Input) before applying them."
+            "The label methods need a model with one output whose number of classes (its "
+            "last axis) is known; build the model (keras.Input) before applying them."
         )
-    return int(shape[-1])
+    return shape
 
 
 def check_class_labels(job, method: str) -> LossInfo:
-    """Refuses regression targets and losses the label methods cannot soften.
+    """Refuses regression targets, losses the label methods cannot soften, and labels
+    they would mix wrong.
 
     Raises:
-        ValueError: a regression loss (MSE, MAE, ...), or float labels of one value per
-            example (regression targets) with a loss that is not categorical.
+        ValueError: a regression loss (MSE, MAE, ...); float labels of one value per
+            example (regression targets) with a sparse loss; several label tensors;
+            sparse labels that are not one class id per output position; a setting of
+            the loss the soft-target loss cannot keep (e.g. `ignore_class`).
         TypeError: a custom loss function (its soft-target form is unknown).
     """
     info = job.loss_info
@@ -97,33 +104,114 @@ def check_class_labels(job, method: str) -> LossInfo:
             f"{info.name!r}: its form for soft targets is unknown."
         )
     spec = job.label_spec
-    if info.kind == "sparse" and spec.dtype.is_floating and spec.shape.rank == 1:
+    if not isinstance(spec, tf.TensorSpec) or spec.shape.rank is None:
         raise ValueError(
-            f"{method} got float labels of shape {tuple(spec.shape)} with a sparse loss: "
-            "class ids are integers. Regression targets cannot be mixed as classes; cast "
-            "class ids to int32 (labels.astype('int32')) or leave the method out."
+            f"{method} mixes one label tensor of known rank per batch, got labels {spec}. "
+            f"Leave {method} out for models with several outputs."
         )
+    if info.kind == "sparse":
+        if spec.dtype.is_floating and spec.shape.rank == 1:
+            raise ValueError(
+                f"{method} got float labels of shape {tuple(spec.shape)} with a sparse loss: "
+                "class ids are integers. Regression targets cannot be mixed as classes; cast "
+                "class ids to int32 (labels.astype('int32')) or leave the method out."
+            )
+        _check_class_ids(spec.shape, output_of(job), method, info.name)
+    soft_target_loss(job.loss, 0.0, method)  # refuses a setting it cannot keep
     return info
 
 
-def categorical_loss(info: LossInfo, smoothing: float):
-    """The categorical counterpart of a classification loss, with `smoothing`, keeping
-    `from_logits` (binary stays binary)."""
-    if info.kind == "binary":
-        return keras.losses.BinaryCrossentropy(
-            from_logits=info.from_logits, label_smoothing=smoothing
-        )
-    return keras.losses.CategoricalCrossentropy(
-        from_logits=info.from_logits, label_smoothing=smoothing
+def _check_class_ids(label: tf.TensorShape, output: tuple, method: str, loss: str) -> None:
+    """Sparse labels hold one class id per output position: `output[:-1]`, or that with
+    a trailing 1 (what `one_hot_map` turns into `output`'s shape)."""
+    ids = tuple(label.as_list())
+    if len(ids) == len(output) and ids[-1] in (1, None):
+        ids = ids[:-1]
+    fits = len(ids) == len(output) - 1 and all(
+        a is None or b is None or a == b for a, b in zip(ids[1:], output[1:-1], strict=True)
     )
+    if not fits:
+        want = ("B", *output[1:-1])
+        raise ValueError(
+            f"{method} turns the class ids of the loss {loss!r} into one-hot targets of the "
+            f"model's output shape {('B', *output[1:])}, so it needs one class id per output "
+            f"position, labels of shape {want}; got {('B', *ids[1:])}. Make the labels fit "
+            "the outputs, or leave the method out."
+        )
 
 
-def one_hot_map(classes: int):
-    """A batch map making integer labels (shape `(batch,)` or `(batch, 1)`) one-hot."""
+@keras.saving.register_keras_serializable(package="tfaccel")
+class OneHotCrossentropy(keras.losses.CategoricalCrossentropy):
+    """Keras' categorical crossentropy over labels `tfaccel.methods` made one-hot.
+
+    Integer class ids reaching it (validation data not passed through
+    `plan.evaluation_data`) are refused with that fix, where Keras would fail on ranks.
+    """
+
+    def call(self, y_true, y_pred):
+        true, pred = tuple(y_true.shape), tuple(y_pred.shape)
+        ids = len(true) < len(pred) or (true[-1:] == (1,) and pred[-1] not in (1, None))
+        if ids:
+            raise ValueError(
+                "The loss tfaccel.methods made takes one-hot labels (it made the training "
+                f"labels one-hot), but got labels of shape {true} against outputs "
+                f"{pred}, class ids (validation or evaluation data given as is). Pass "
+                "validation_data=plan.evaluation_data(val) to model.fit, and "
+                "plan.evaluation_data(data) to model.evaluate."
+            )
+        return super().call(y_true, y_pred)
+
+
+def settings(loss: keras.losses.Loss) -> dict:
+    """Every setting of a Keras loss object: its config, its function's keyword
+    arguments (the sparse loss's `axis` is only there) and its dtype."""
+    found = dict(getattr(loss, "_fn_kwargs", {}))
+    found.update(loss.get_config())
+    found.pop("fn", None)
+    found["dtype"] = loss.dtype
+    return found
+
+
+def soft_target_loss(loss, smoothing: float, method: str = "The label methods"):
+    """The loss for soft targets with `smoothing` (or the loss's own, if larger), keeping
+    every setting of `loss`: the same class (categorical, binary, focal), or for a sparse
+    loss `OneHotCrossentropy`. A name or Keras' function is its class with defaults.
+
+    Raises:
+        ValueError: a setting the soft-target loss has no place for, named
+            (`ignore_class` of a sparse loss).
+    """
+    info = loss_info(loss)
+    given = loss if isinstance(loss, keras.losses.Loss) else _BY_NAME[info.name]()
+    kept = settings(given)
+    target = OneHotCrossentropy if info.kind == "sparse" else type(given)
+    if kept.get("ignore_class") is not None:
+        raise ValueError(
+            f"{method} cannot keep ignore_class={kept['ignore_class']!r} of the loss "
+            f"{given.name!r}: it trains on one-hot targets, and Keras' categorical "
+            "crossentropy has no ignore_class. Give those labels a sample weight of 0 "
+            "(batches of (x, y, sample_weight)) instead, or leave the method out."
+        )
+    kept.pop("ignore_class", None)
+    kept["label_smoothing"] = max(float(smoothing), float(kept.get("label_smoothing") or 0.0))
+    accepted = inspect.signature(target.__init__).parameters
+    left = sorted(k for k in kept if k not in accepted)
+    if left:
+        raise ValueError(
+            f"{method} cannot keep the setting(s) {left} of the loss {given.name!r}: "
+            f"{target.__name__} has no such argument. Leave the method out for this loss."
+        )
+    return target(**kept)
+
+
+def one_hot_map(classes: int, output_rank: int):
+    """A batch map making integer labels one-hot of the outputs' rank: `(B,)` or `(B, 1)`
+    -> `(B, classes)`, `(B, T)` or `(B, T, 1)` -> `(B, T, classes)`."""
 
     def one_hot(x, y, seed):
         del seed
-        y = tf.cast(tf.reshape(y, [-1]), tf.int32)
-        return x, tf.one_hot(y, classes, dtype=tf.float32)
+        if y.shape.rank == output_rank:
+            y = tf.squeeze(y, -1)
+        return x, tf.one_hot(tf.cast(y, tf.int32), classes, dtype=tf.float32)
 
     return one_hot

@@ -34,7 +34,7 @@ import uuid
 
 from tfaccel.data.service import sealed
 from tfaccel.errors import ServiceError
-from tfaccel.trusted_file import Untrusted, read_trusted
+from tfaccel.files.trusted import Untrusted, read_trusted
 
 ANSWER_S = 90.0
 """How long a training process waits for the relay's answer."""

@@ -65,7 +65,9 @@ def plan(trainer, methods, optimizer, train: Feed, steps_per_epoch, epochs: int)
     with trainer.strategy.scope():
         made = methods_lib.plan_for(methods, job)
         if made.loss is not trainer.loss.fn:
-            trainer.loss = PerExampleLoss(made.loss, weight=trainer.loss.weight)
+            given = trainer.loss
+            trainer.loss = PerExampleLoss(made.loss, weight=given.weight)
+            trainer.loss.sums = given.sums  # the user's reduction (its per-example copy has none)
         if made.one_hot:
             trainer.metrics = [_categorical(m) for m in trainer.metrics]
     return made
