@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import math
 import operator
+from typing import Any
 
 import keras
 from keras import layers, ops
@@ -215,7 +216,7 @@ class _ResNetBlock(layers.Layer):
     def _forward(self, x, training, update_stats):
         raise NotImplementedError
 
-    def call(self, inputs, training=None):
+    def call(self, inputs: Any, training: bool | None = None) -> Any:
         if not self.remat:
             return self._forward(inputs, training, update_stats=True)
         calls = []
@@ -227,7 +228,7 @@ class _ResNetBlock(layers.Layer):
 
         return keras.remat(forward)(inputs)
 
-    def compute_output_shape(self, input_shape):
+    def compute_output_shape(self, input_shape: tuple) -> tuple:
         batch, height, width, _ = input_shape
         return (
             batch,
@@ -236,7 +237,7 @@ class _ResNetBlock(layers.Layer):
             self.output_filters,
         )
 
-    def get_config(self):
+    def get_config(self) -> dict:
         config = super().get_config()
         config.update(
             filters=self.filters,
@@ -268,7 +269,7 @@ class ResidualBlock(_ResNetBlock):
             or (when built) inputs that are not 4-D.
     """
 
-    def build(self, input_shape):
+    def build(self, input_shape: tuple) -> None:
         input_shape = _check_rank4(self, input_shape)
         out_shape = self.compute_output_shape(input_shape)
         policy = self.dtype_policy
@@ -328,7 +329,7 @@ class BottleneckBlock(_ResNetBlock):
         """Channels of the block's output: `filters * expansion`."""
         return self.filters * self.expansion
 
-    def build(self, input_shape):
+    def build(self, input_shape: tuple) -> None:
         input_shape = _check_rank4(self, input_shape)
         batch, height, width, _ = input_shape
         reduced = (batch, height, width, self.filters)
@@ -355,7 +356,7 @@ class BottleneckBlock(_ResNetBlock):
         y = self._drop(_normalize(self.bn3, self.conv3(y), training, update_stats), training)
         return ops.relu(y + self._shortcut(x, training, update_stats))
 
-    def get_config(self):
+    def get_config(self) -> dict:
         config = super().get_config()
         config["expansion"] = self.expansion
         return config
@@ -398,7 +399,7 @@ class InceptionBlock(layers.Layer):
             dtype=self.dtype_policy,
         )
 
-    def build(self, input_shape):
+    def build(self, input_shape: tuple) -> None:
         input_shape = _check_rank4(self, input_shape)
         batch, height, width, _ = input_shape
         self.path1 = self._conv(self.c1, 1, "path1_1x1")
@@ -417,7 +418,7 @@ class InceptionBlock(layers.Layer):
         self.path4 = self._conv(self.c4, 1, "path4_1x1")
         self.path4.build(input_shape)
 
-    def call(self, inputs, training=None):
+    def call(self, inputs: Any, training: bool | None = None) -> Any:
         paths = [
             self.path1(inputs),
             self.path2(self.path2_reduce(inputs)),
@@ -426,11 +427,11 @@ class InceptionBlock(layers.Layer):
         ]
         return ops.concatenate(paths, axis=-1)
 
-    def compute_output_shape(self, input_shape):
+    def compute_output_shape(self, input_shape: tuple) -> tuple:
         channels = self.c1 + self.c2[1] + self.c3[1] + self.c4
         return tuple(input_shape[:-1]) + (channels,)
 
-    def get_config(self):
+    def get_config(self) -> dict:
         config = super().get_config()
         config.update(c1=self.c1, c2=list(self.c2), c3=list(self.c3), c4=self.c4)
         return config

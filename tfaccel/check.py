@@ -131,7 +131,7 @@ def run(
     return results
 
 
-def check_json_path(path) -> None:
+def check_json_path(path: str | os.PathLike) -> None:
     """Raises ValueError, before any check runs, when the JSON cannot be written to `path`."""
     target = pathlib.Path(path)
     existed = target.exists()
@@ -147,7 +147,7 @@ def check_json_path(path) -> None:
         target.unlink()
 
 
-def write_json(results: list[Result], path, seconds: float) -> None:
+def write_json(results: list[Result], path: str | os.PathLike, seconds: float) -> None:
     """Writes the results with the versions and `tfaccel.devices.describe()`'s report."""
     from importlib import metadata
 
@@ -163,7 +163,7 @@ def write_json(results: list[Result], path, seconds: float) -> None:
     pathlib.Path(path).write_text(strict_json.dumps(document, indent=2, default=str) + "\n")
 
 
-def format_table(results: list[Result], widths=(20, 44, 56, 44)) -> str:
+def format_table(results: list[Result], widths: tuple[int, ...] = (20, 44, 56, 44)) -> str:
     """The results as one table: check | ran or skipped, and why | result | figure.
 
     Long cells wrap within `widths` (characters per column).

@@ -11,8 +11,16 @@ import os
 import time
 import warnings
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from tfaccel.errors import CheckFailed, Skip
+
+if TYPE_CHECKING:
+    import keras
+    import numpy as np
+    import tensorflow as tf
+
+    from tfaccel.train import Trainer
 
 STEPS = 4  # training steps of every compared run
 BATCH = 32  # global batch
@@ -84,20 +92,28 @@ class Context:
 
         return models.mlp(input_shape=(16,), hidden=(32,), num_classes=4)
 
-    def build(self):
+    def build(self) -> keras.Model:
         """The tiny model with the shared initial weights (a Trainer's model function)."""
         model = self._model()
         model.set_weights(self.initial)
         return model
 
-    def data(self, x=None):
+    def data(self, x: np.ndarray | None = None) -> tf.data.Dataset:
         """The tiny job's batched dataset (`x`: other features, same labels)."""
         import tensorflow as tf
 
         x = self.x if x is None else x
         return tf.data.Dataset.from_tensor_slices((x, self.y)).batch(BATCH)
 
-    def fit(self, *, strategy=None, precision=None, jit_compile=False, x=None, lr=0.1):
+    def fit(
+        self,
+        *,
+        strategy: tf.distribute.Strategy | None = None,
+        precision: str | None = None,
+        jit_compile: bool | str = False,
+        x: np.ndarray | None = None,
+        lr: float = 0.1,
+    ) -> tuple[Trainer, float, list[np.ndarray]]:
         """(trainer, last loss, weights) after `STEPS` SGD steps of the tiny job."""
         import keras
 
@@ -120,14 +136,14 @@ class Context:
             history = trainer.fit(self.data(x), epochs=1, verbose=0)
         return trainer, history.history["loss"][-1], trainer.model.get_weights()
 
-    def reference(self):
+    def reference(self) -> tuple[float, list[np.ndarray]]:
         """(loss, weights) of the float32 run on the default device (made once)."""
         if self._reference is None:
             _, loss, weights = self.fit()
             self._reference = (loss, weights)
         return self._reference
 
-    def one_of_local_devices(self):
+    def one_of_local_devices(self) -> tf.distribute.Strategy | None:
         """One device of `local_devices`: the default strategy, or the first CPU where a
         single GPU left the mirrored run to the two logical CPUs."""
         from tfaccel import devices
@@ -136,7 +152,7 @@ class Context:
             return devices.strategy("one_device", devices=[self.local_devices[0]])
         return None  # the default strategy: GPU:0, or the CPU without GPUs
 
-    def mirrored(self):
+    def mirrored(self) -> tf.distribute.Strategy:
         """The `MirroredStrategy` over all local devices (one per process, shared)."""
         from tfaccel import devices
 

@@ -22,6 +22,8 @@ import os
 import re
 import subprocess
 import warnings
+from collections.abc import Mapping
+from typing import Any
 
 import tensorflow as tf
 
@@ -46,7 +48,7 @@ DEFAULT_PORT_BASE = 8888  # SlurmClusterResolver's default
 _WORKER_TYPES = ("chief", "worker")
 
 
-def read_tf_config(environ: dict | None = None) -> dict | None:
+def read_tf_config(environ: Mapping[str, str] | None = None) -> dict | None:
     """Parses and validates `TF_CONFIG`; returns None when it is unset or empty.
 
     Raises:
@@ -147,15 +149,17 @@ class _SlurmResolver(tf.distribute.cluster_resolver.SlurmClusterResolver):
             auto_set_gpu=False,
         )
 
-    def _resolve_own_rank(self):
+    def _resolve_own_rank(self) -> int:
         return self._parsed_rank
 
-    def num_accelerators(self, task_type=None, task_id=None, config_proto=None):
+    def num_accelerators(
+        self, task_type: str | None = None, task_id: int | None = None, config_proto: Any = None
+    ) -> dict[str, int]:
         del task_type, task_id, config_proto
         return {"GPU": self._visible_gpus} if self._visible_gpus else {}
 
 
-def _int_variable(env, name: str) -> int | None:
+def _int_variable(env: Mapping[str, str], name: str) -> int | None:
     raw = env.get(name)
     if raw is None or raw == "":
         return None
@@ -168,7 +172,7 @@ def _int_variable(env, name: str) -> int | None:
         ) from None
 
 
-def _slurm_tasks(env) -> int | None:
+def _slurm_tasks(env: Mapping[str, str]) -> int | None:
     for name in ("SLURM_STEP_NUM_TASKS", "SLURM_NTASKS"):
         value = _int_variable(env, name)
         if value is not None:
@@ -224,7 +228,7 @@ def expand_nodelist(nodelist: str) -> list[str]:
     return hosts
 
 
-def read_slurm(environ: dict | None = None) -> dict | None:
+def read_slurm(environ: Mapping[str, str] | None = None) -> dict | None:
     """Reads a multi-task Slurm job step; None outside Slurm, with a single task, or in an
     allocation without a job step (`SLURM_STEP_ID` unset: a shell of `salloc`, a batch
     script; with a `SlurmAllocationWarning`).
@@ -305,7 +309,7 @@ def _tf_config_workers(config: dict | None) -> list[str]:
     return [address for t in _WORKER_TYPES for address in cluster.get(t, [])]
 
 
-def detect(environ: dict | None = None) -> ClusterInfo:
+def detect(environ: Mapping[str, str] | None = None) -> ClusterInfo:
     """Finds this process's cluster: a multi-worker TF_CONFIG, else a Slurm step, else none.
 
     When both describe a cluster with different worker counts, TF_CONFIG wins and a
@@ -328,6 +332,7 @@ def detect(environ: dict | None = None) -> ClusterInfo:
                 ClusterMismatchWarning,
                 stacklevel=2,
             )
+        assert config is not None  # its cluster named the workers
         task = config["task"]
         return ClusterInfo(
             source="TF_CONFIG",

@@ -363,7 +363,7 @@ def strategy(
             f"({type(devices).__name__}). Write devices={example}."
         )
     tf_config = read_tf_config()
-    info = cluster.detect() if kind in ("auto", "multi_worker") else None
+    info = cluster.detect() if kind in ("auto", "multi_worker") else cluster.ClusterInfo("none")
     if kind == "auto":
         if info.workers > 1:
             kind = "multi_worker"
@@ -376,7 +376,7 @@ def strategy(
     if kind == "default":
         return tf.distribute.get_strategy()
     if kind == "multi_worker":
-        key = ("multi_worker", info.source, info.task_type, info.task_index, info.addresses)
+        key: tuple = ("multi_worker", info.source, info.task_type, info.task_index, info.addresses)
         key += (json.dumps(tf_config, sort_keys=True), collective_timeout_s)
         made = shared_strategy.cached(key)
         if made is not None:
@@ -427,7 +427,7 @@ def strategy(
     return shared_strategy.keep(key, made)
 
 
-def _own_address(info, tf_config: dict | None) -> str | None:
+def _own_address(info: cluster.ClusterInfo, tf_config: dict | None) -> str | None:
     """This worker's "host:port" in the cluster `info` describes."""
     if tf_config and info.source == "TF_CONFIG":
         task = tf_config["task"]

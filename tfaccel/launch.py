@@ -53,6 +53,7 @@ import subprocess
 import sys
 import threading
 import time
+from typing import TextIO
 
 from tfaccel import strict_json
 from tfaccel.launcher import elastic
@@ -230,8 +231,8 @@ def launch(
     min_workers: int | None = None,
     max_workers: int | None = None,
     checkpoint_dir: str | None = None,
-    out=None,
-    err=None,
+    out: TextIO | None = None,
+    err: TextIO | None = None,
 ) -> int:
     """Runs `command` as `workers` local processes; returns the job's exit status.
 
@@ -278,13 +279,13 @@ def launch(
     starts = Starts()  # a worker failing at once on every start: a script error
     while True:
         grow = None
-        if max_workers is not None and grows < elastic.MAX_GROWS:
+        if max_workers is not None and checkpoint_dir and grows < elastic.MAX_GROWS:
             grow = elastic.GrowWatch(checkpoint_dir, workers, max_workers)
         timeout = (deadline, timeout_s)
         result = starts.timed(
             _run_once, command, workers, cpus_per_worker, timeout, startup_timeout_s, out, err, grow
         )
-        if result.grown:
+        if result.grown and max_workers is not None:
             workers, restarts, grows = max_workers, starts.reset(), grows + 1
             err.write(
                 f"[launch] capacity back: re-forming the job on {workers} worker(s) from "
@@ -333,9 +334,8 @@ class _Result:
 
     def __init__(
         self, status: int, what: str = "", restartable: bool = False, worker: int | None = None
-    ):
-        self.status, self.what, self.restartable = status, what, restartable
-        self.worker = worker
+    ) -> None:
+        self.status, self.what, self.restartable, self.worker = status, what, restartable, worker
         self.grown = False
 
 
@@ -425,7 +425,7 @@ def _supervise(relay: Relay, timeout: tuple, startup=None, grow=None) -> _Result
     processes = relay.processes
     deadline, timeout_s = timeout
     received = []
-    kill_at = []  # when the workers get SIGKILL, once a stop was asked for
+    kill_at: list[float] = []  # when the workers get SIGKILL, once a stop was asked for
     notes = []  # written by the loop: the handler must not take the relay's lock
 
     def forward(signum, frame):

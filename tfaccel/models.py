@@ -65,7 +65,7 @@ def _classifier(x, num_classes: int, activation):
 def resnet(
     depth: int,
     *,
-    input_shape,
+    input_shape: Sequence[int | None],
     num_classes: int,
     stem: str = "imagenet",
     width: int = 64,
@@ -143,7 +143,7 @@ def resnet(
 
 def googlenet(
     *,
-    input_shape,
+    input_shape: Sequence[int | None],
     num_classes: int,
     classifier_activation: str | None = "softmax",
     name: str = "googlenet",
@@ -188,7 +188,7 @@ def googlenet(
 
 def mlp(
     *,
-    input_shape,
+    input_shape: Sequence[int | None],
     hidden: Sequence[int] = (256,),
     num_classes: int,
     dropout: float = 0.0,

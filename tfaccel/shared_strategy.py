@@ -18,6 +18,7 @@ import gc
 import os
 import sys
 import threading
+import types
 
 import tensorflow as tf
 
@@ -121,7 +122,7 @@ def _rival(strategy) -> tuple[tf.distribute.Strategy, str] | None:
 
 def _caller() -> str:
     """file:line of the first frame outside tfaccel (where the user asked)."""
-    frame = sys._getframe(1)
+    frame: types.FrameType | None = sys._getframe(1)
     while frame is not None:
         name = frame.f_code.co_filename
         if not name.startswith(_PACKAGE):

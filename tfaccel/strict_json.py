@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import json
 import math
+from typing import Any
 
 import numpy as np
 
 
-def finite(value):
+def finite(value: Any) -> Any:
     """`value` with non-finite floats as None, NumPy values as Python ones (recursively)."""
     if isinstance(value, (np.generic, np.ndarray)):
         value = value.tolist()
@@ -26,6 +27,6 @@ def finite(value):
     return value
 
 
-def dumps(value, **kwargs) -> str:
+def dumps(value: Any, **kwargs: Any) -> str:
     """`json.dumps` of `finite(value)` with `allow_nan=False` (other keywords pass through)."""
     return json.dumps(finite(value), allow_nan=False, **kwargs)

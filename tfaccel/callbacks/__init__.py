@@ -23,6 +23,9 @@ Example:
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+from typing import Any
+
 import keras
 
 from tfaccel.callbacks.bottleneck import Bottleneck
@@ -45,7 +48,7 @@ __all__ = [
 ]
 
 
-def _as_list(callbacks) -> list:
+def _as_list(callbacks: Any) -> list:
     """Returns `callbacks` (None, one callback, or an iterable of them) as a list.
 
     Raises:
@@ -79,7 +82,9 @@ _PRODUCERS = (
 )
 
 
-def ordered(callbacks) -> list:
+def ordered(
+    callbacks: keras.callbacks.Callback | Iterable[keras.callbacks.Callback] | None,
+) -> list[keras.callbacks.Callback]:
     """Returns `callbacks` with tfaccel's callbacks moved first (stable order otherwise).
 
     Their epoch values then reach `TensorBoard`, `CSVLogger` and any other callback

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import os
 import sys
+import types
+from typing import Any, Literal, overload
 
 import keras
 import numpy as np
@@ -11,7 +13,11 @@ import numpy as np
 MB = 1024.0 * 1024.0
 
 
-def positive_int(name: str, value, allow_none: bool = False) -> int | None:
+@overload
+def positive_int(name: str, value: Any, allow_none: Literal[False] = False) -> int: ...
+@overload
+def positive_int(name: str, value: Any, allow_none: bool) -> int | None: ...
+def positive_int(name: str, value: Any, allow_none: bool = False) -> int | None:
     if value is None and allow_none:
         return None
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
@@ -19,7 +25,7 @@ def positive_int(name: str, value, allow_none: bool = False) -> int | None:
     return int(value)
 
 
-def share(name: str, value) -> float:
+def share(name: str, value: Any) -> float:
     """`value` as a float strictly between 0 and 1 (a share of time), else ValueError."""
     if isinstance(value, bool) or not isinstance(value, (int, float, np.floating)):
         raise ValueError(f"{name} must be a number in (0, 1), got {value!r}.")
@@ -28,11 +34,11 @@ def share(name: str, value) -> float:
     return float(value)
 
 
-def params_get(callback: keras.callbacks.Callback, key: str):
+def params_get(callback: keras.callbacks.Callback, key: str) -> Any:
     return (callback.params or {}).get(key)
 
 
-def to_float(value) -> float:
+def to_float(value: Any) -> float:
     return float(value.numpy() if hasattr(value, "numpy") else value)
 
 
@@ -47,7 +53,7 @@ def wait_for(logs: dict | None) -> None:
 class StepClock:
     """Counts training steps across `on_train_batch_end` calls."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.steps = 0
         self._last_batch = -1
 
@@ -81,9 +87,9 @@ class StepClock:
 
 
 _LIBRARY_DIRS = tuple(
-    os.path.dirname(module.__file__) + os.sep
+    os.path.dirname(path) + os.sep
     for module in (keras, np)
-    if getattr(module, "__file__", None)
+    if (path := getattr(module, "__file__", None))
 ) + (os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep,)
 
 
@@ -92,7 +98,8 @@ def user_stacklevel() -> int:
 
     So a warning raised from a callback hook points at the user's `fit` call.
     """
-    frame, level = sys._getframe(1), 1
+    frame: types.FrameType | None = sys._getframe(1)
+    level = 1
     while frame is not None:
         name = frame.f_code.co_filename
         if not name.startswith(_LIBRARY_DIRS) and "/tensorflow/" not in name:

@@ -30,32 +30,33 @@ class HostGap(keras.callbacks.Callback):
 
     loop_batches_ok = True  # its batch hooks count a loop's steps: no n = 1 needed
 
-    def __init__(self, threshold: float = 0.2):
+    def __init__(self, threshold: float = 0.2) -> None:
         super().__init__()
         self.threshold = share("threshold", threshold)
         self.fractions: list[float] = []
 
-    def on_train_begin(self, logs=None):
+    def on_train_begin(self, logs: dict | None = None) -> None:
         self.fractions = []
         self._warned = False
         self.on_epoch_begin(None)
 
-    def on_epoch_begin(self, epoch, logs=None):
-        self._first = self._last_end = None
+    def on_epoch_begin(self, epoch: int | None, logs: dict | None = None) -> None:
+        self._first: float | None = None
+        self._last_end: float | None = None
         self._gap = 0.0
 
-    def on_train_batch_begin(self, batch, logs=None):
+    def on_train_batch_begin(self, batch: int, logs: dict | None = None) -> None:
         now = time.perf_counter()
         if self._first is None:
             self._first = now
         if self._last_end is not None:
             self._gap += now - self._last_end
 
-    def on_train_batch_end(self, batch, logs=None):
+    def on_train_batch_end(self, batch: int, logs: dict | None = None) -> None:
         wait_for(logs)
         self._last_end = time.perf_counter()
 
-    def on_epoch_end(self, epoch, logs=None):
+    def on_epoch_end(self, epoch: int, logs: dict | None = None) -> None:
         if self._first is None or self._last_end is None:
             return
         total = self._last_end - self._first

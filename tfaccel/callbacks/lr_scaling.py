@@ -7,7 +7,7 @@ import keras
 from tfaccel.callbacks._steps import StepClock, params_get, positive_int, to_float
 
 
-def _innermost(optimizer):
+def _innermost(optimizer: keras.optimizers.Optimizer) -> keras.optimizers.Optimizer:
     while getattr(optimizer, "inner_optimizer", None) is not None:
         optimizer = optimizer.inner_optimizer
     return optimizer
@@ -49,7 +49,7 @@ class LinearScalingWarmup(keras.callbacks.Callback):
         batch_size: int,
         warmup_epochs: float = 5,
         steps_per_epoch: int | None = None,
-    ):
+    ) -> None:
         super().__init__()
         if isinstance(base_lr, bool) or not isinstance(base_lr, (int, float)) or base_lr <= 0:
             raise ValueError(f"base_lr must be a positive number, got {base_lr!r}.")
@@ -72,7 +72,7 @@ class LinearScalingWarmup(keras.callbacks.Callback):
             return self.target_lr
         return self.base_lr + (self.target_lr - self.base_lr) * step / self._warmup_steps
 
-    def on_train_begin(self, logs=None):
+    def on_train_begin(self, logs: dict | None = None) -> None:
         optimizer = getattr(self.model, "optimizer", None)
         if optimizer is None:
             raise RuntimeError(
@@ -103,13 +103,13 @@ class LinearScalingWarmup(keras.callbacks.Callback):
         self._started = False
         self._handed_over = False
 
-    def on_epoch_begin(self, epoch, logs=None):
+    def on_epoch_begin(self, epoch: int, logs: dict | None = None) -> None:
         if not self._started:  # resume from initial_epoch
             self._started = True
             self._clock.steps = int(epoch) * self._per_epoch
         self._clock.start_epoch()
 
-    def on_train_batch_begin(self, batch, logs=None):
+    def on_train_batch_begin(self, batch: int, logs: dict | None = None) -> None:
         step = self._clock.steps
         if step < self._warmup_steps:
             self._optimizer.learning_rate = self.lr_at(step)
@@ -117,10 +117,10 @@ class LinearScalingWarmup(keras.callbacks.Callback):
             self._optimizer.learning_rate = self.target_lr
             self._handed_over = True
 
-    def on_train_batch_end(self, batch, logs=None):
+    def on_train_batch_end(self, batch: int, logs: dict | None = None) -> None:
         self._started = True
         self._clock.advance(batch, logs, self.params)
 
-    def on_epoch_end(self, epoch, logs=None):
+    def on_epoch_end(self, epoch: int, logs: dict | None = None) -> None:
         if logs is not None:
             logs["learning_rate"] = to_float(self._optimizer.learning_rate)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import warnings
+from collections.abc import Sequence
 
 import keras
 import psutil
@@ -33,8 +34,11 @@ class DeviceMemory(keras.callbacks.Callback):
 
     _warned_no_gpu = False
 
-    def __init__(self, devices="all", every: int | None = None):
+    def __init__(
+        self, devices: str | Sequence[int | str] = "all", every: int | None = None
+    ) -> None:
         super().__init__()
+        self.devices: str | list[str] = "all"  # or GPU names
         if devices != "all":
             if isinstance(devices, (str, int)) or not all(
                 isinstance(d, (str, int)) and not isinstance(d, bool) for d in devices
@@ -42,13 +46,12 @@ class DeviceMemory(keras.callbacks.Callback):
                 raise ValueError(
                     f'devices must be "all" or a list of GPU indices or names, got {devices!r}.'
                 )
-            devices = [self._name(d) for d in devices]
-        self.devices = devices
+            self.devices = [self._name(d) for d in devices]
         self.every = positive_int("every", every, allow_none=True)
         self._process = psutil.Process()
 
     @staticmethod
-    def _name(device) -> str:
+    def _name(device: int | str) -> str:
         if isinstance(device, int):
             return f"GPU:{device}"
         spec = tf.DeviceSpec.from_string(device)
@@ -56,7 +59,7 @@ class DeviceMemory(keras.callbacks.Callback):
             raise ValueError(f"DeviceMemory watches GPUs; {device!r} is not a GPU name.")
         return f"GPU:{spec.device_index or 0}"
 
-    def on_train_begin(self, logs=None):
+    def on_train_begin(self, logs: dict | None = None) -> None:
         present = [
             f"GPU:{tf.DeviceSpec.from_string(d.name).device_index}"
             for d in tf.config.list_logical_devices("GPU")
@@ -80,20 +83,20 @@ class DeviceMemory(keras.callbacks.Callback):
             )
         self._calls = 0
 
-    def on_epoch_begin(self, epoch, logs=None):
+    def on_epoch_begin(self, epoch: int, logs: dict | None = None) -> None:
         for gpu in self._gpus:
             tf.config.experimental.reset_memory_stats(gpu)
         self._host_peak = 0.0
         self._calls = 0
 
-    def on_train_batch_end(self, batch, logs=None):
+    def on_train_batch_end(self, batch: int, logs: dict | None = None) -> None:
         self._calls += 1
         if self.every and self._calls % self.every == 0:
             values = self.sample()
             if logs is not None:
                 logs.update(values)
 
-    def on_epoch_end(self, epoch, logs=None):
+    def on_epoch_end(self, epoch: int, logs: dict | None = None) -> None:
         values = self.sample()
         if logs is not None:
             logs.update(values)

@@ -4,10 +4,15 @@ from __future__ import annotations
 
 import contextlib
 import time
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
 
 import tensorflow as tf
 
 from tfaccel.parallel.costs import graph_flops
+
+if TYPE_CHECKING:
+    import keras
 
 
 class MatmulPeak:
@@ -24,7 +29,7 @@ class MatmulPeak:
         dtype: the matrices' type (a policy's compute dtype, e.g. "bfloat16").
     """
 
-    def __init__(self, n: int = 2048, device: str | None = None, dtype: str = "float32"):
+    def __init__(self, n: int = 2048, device: str | None = None, dtype: str = "float32") -> None:
         self.n, self.device, self.dtype = n, device, dtype
         self.best = 0.0
         with self._placed():
@@ -61,16 +66,18 @@ def matmul_peak(
     return MatmulPeak(n, device, dtype).measure(repeats)
 
 
-def best_matmul_peak(policies, n: int = 2048, repeats: int = 10) -> tuple[float, str]:
+def best_matmul_peak(
+    policies: Iterable[str], n: int = 2048, repeats: int = 10
+) -> tuple[float, str]:
     """`(FLOP/s, policy)`: the highest matmul peak among `policies`' compute dtypes."""
     import keras
 
     peaks = {p: matmul_peak(n, repeats, dtype=keras.DTypePolicy(p).compute_dtype) for p in policies}
-    best = max(peaks, key=peaks.get)
+    best = max(peaks, key=lambda p: peaks[p])
     return peaks[best], best
 
 
-def training_flops_per_example(model, x_spec) -> float | None:
+def training_flops_per_example(model: keras.Model, x_spec: Any) -> float | None:
     """Forward + backward FLOPs of one example: 3 × the forward pass's (TF's op counts).
 
     Args:

@@ -34,7 +34,7 @@ class ProfileSteps(keras.callbacks.Callback):
 
     loop_batches_ok = True  # its batch hooks count a loop's steps: no n = 1 needed
 
-    def __init__(self, logdir, start_step: int, stop_step: int):
+    def __init__(self, logdir: str | os.PathLike, start_step: int, stop_step: int) -> None:
         super().__init__()
         if not logdir or not isinstance(logdir, (str, os.PathLike)):
             raise ValueError(f"logdir must be a non-empty path, got {logdir!r}.")
@@ -51,14 +51,14 @@ class ProfileSteps(keras.callbacks.Callback):
         _check_writable_dir(self.logdir)
         self.start_step = start_step
         self.stop_step = stop_step
-        self.trace_dir = None
+        self.trace_dir: str | None = None
         self._clock = StepClock()
         self._state = "waiting"  # -> "recording" -> "done"
 
-    def on_epoch_begin(self, epoch, logs=None):
+    def on_epoch_begin(self, epoch: int, logs: dict | None = None) -> None:
         self._clock.start_epoch()
 
-    def on_train_batch_begin(self, batch, logs=None):
+    def on_train_batch_begin(self, batch: int, logs: dict | None = None) -> None:
         if self._state == "waiting" and self._clock.steps >= self.start_step:
             try:
                 tf.profiler.experimental.start(self.logdir)
@@ -72,13 +72,13 @@ class ProfileSteps(keras.callbacks.Callback):
                 return
             self._state = "recording"
 
-    def on_train_batch_end(self, batch, logs=None):
+    def on_train_batch_end(self, batch: int, logs: dict | None = None) -> None:
         self._clock.advance(batch, logs, self.params)
         if self._state == "recording" and self._clock.steps >= self.stop_step:
             wait_for(logs)
             self._stop()
 
-    def on_train_end(self, logs=None):
+    def on_train_end(self, logs: dict | None = None) -> None:
         if self._state == "recording":
             self._stop()
 

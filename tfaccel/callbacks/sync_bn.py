@@ -12,6 +12,8 @@ batch statistics at every step.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import keras
 import numpy as np
 import tensorflow as tf
@@ -40,10 +42,10 @@ class SyncMovingStatistics(keras.callbacks.Callback):
 
     loop_batches_ok = True  # its batch hooks count a loop's steps: no n = 1 needed
 
-    def on_train_begin(self, logs=None):
+    def on_train_begin(self, logs: dict | None = None) -> None:
         variables = moving_statistics(self.model)
         strategy = self.model.distribute_strategy
-        self._sync = None
+        self._sync: Callable[[], None] | None = None
         if variables and strategy.num_replicas_in_sync > 1:
             sizes = [int(np.prod(v.shape)) for v in variables]
 
@@ -59,13 +61,14 @@ class SyncMovingStatistics(keras.callbacks.Callback):
 
             self._sync = sync
 
-    def on_train_batch_end(self, batch, logs=None):
+    def on_train_batch_end(self, batch: int, logs: dict | None = None) -> None:
         self.sync()
 
-    def on_train_end(self, logs=None):
+    def on_train_end(self, logs: dict | None = None) -> None:
         self.sync()
 
     def sync(self) -> None:
         """Sets every replica's copy of each moving statistic to their mean."""
-        if getattr(self, "_sync", None) is not None:
-            self._sync()
+        sync = getattr(self, "_sync", None)
+        if sync is not None:
+            sync()

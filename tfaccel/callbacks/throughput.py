@@ -86,15 +86,15 @@ class Throughput(keras.callbacks.Callback):
 
     def __init__(
         self,
-        batch_size=None,
+        batch_size: int | None = None,
         warmup_steps: int = 5,
         window: int = 50,
-        verbose=1,
+        verbose: int | bool = 1,
         *,
-        mfu="auto",
+        mfu: str | bool = "auto",
         flops_per_example: float | None = None,
         peak_flops: float | None = None,
-    ):
+    ) -> None:
         super().__init__()
         if mfu not in ("auto", True, False):
             raise ValueError(f"mfu must be 'auto', True or False, got {mfu!r}.")
@@ -111,17 +111,18 @@ class Throughput(keras.callbacks.Callback):
         self.verbose = verbose
         self.summary: dict = {}
 
-    def on_train_begin(self, logs=None):
+    def on_train_begin(self, logs: dict | None = None) -> None:
         self._clock = StepClock()
         self._rates: list[tuple[float, float | None]] = []
         self._examples_total = 0.0
         self._examples_known = True
         self._measured = [0, 0.0, 0.0]  # steps, examples, seconds after warm-up
         self._measured_all = [0, 0.0, 0.0]  # the same, warm-up included
-        self._source = None
-        self._warned = set()
+        self._source: str | None = None
+        self._warned: set[str] = set()
         self._all_rates: list[tuple[float, float | None]] = []  # warm-up included
-        self._flops = self._peak = None
+        self._flops: float | None = None
+        self._peak: float | None = None
         self._start_mfu()
         self.on_epoch_begin(None)  # trainers that never call on_epoch_begin
 
@@ -156,19 +157,19 @@ class Throughput(keras.callbacks.Callback):
             return None
         return self._flops * examples_per_second / self._peak
 
-    def on_epoch_begin(self, epoch, logs=None):
+    def on_epoch_begin(self, epoch: int | None, logs: dict | None = None) -> None:
         self._clock.start_epoch()
-        self._recent = collections.deque()
-        self._epoch_calls = []  # every call of the epoch, warm-up included
-        self._last_time = None
-        self._counted = None
+        self._recent: collections.deque[tuple[int, float | None, float]] = collections.deque()
+        self._epoch_calls: list[tuple[int, float | None, float]] = []  # warm-up included
+        self._last_time: float | None = None
+        self._counted: float | None = None
 
-    def on_train_batch_begin(self, batch, logs=None):
+    def on_train_batch_begin(self, batch: int, logs: dict | None = None) -> None:
         if self._last_time is None:
             self._counted = _loss_count(self.model) if self.model is not None else None
             self._last_time = time.perf_counter()
 
-    def on_train_batch_end(self, batch, logs=None):
+    def on_train_batch_end(self, batch: int, logs: dict | None = None) -> None:
         wait_for(logs)
         now = time.perf_counter()
         before = self._clock.steps
@@ -225,7 +226,7 @@ class Throughput(keras.callbacks.Callback):
             )
         return None
 
-    def on_epoch_end(self, epoch, logs=None):
+    def on_epoch_end(self, epoch: int, logs: dict | None = None) -> None:
         if logs is None:
             return
         calls = list(self._recent)
@@ -247,7 +248,7 @@ class Throughput(keras.callbacks.Callback):
         seconds = sum(t for _, _, t in calls)
         logs["steps_per_second"] = steps / seconds
         if self._examples_known:
-            logs["examples_per_second"] = sum(e for _, e, _ in calls) / seconds
+            logs["examples_per_second"] = sum(e for _, e, _ in calls if e is not None) / seconds
             mfu = self._mfu_of(logs["examples_per_second"])
             if mfu is not None:
                 logs["mfu"] = mfu
@@ -258,7 +259,7 @@ class Throughput(keras.callbacks.Callback):
             self._warned.add(key)
             warnings.warn(message, stacklevel=user_stacklevel())
 
-    def on_train_end(self, logs=None):
+    def on_train_end(self, logs: dict | None = None) -> None:
         rates, (steps, examples, seconds) = self._rates, self._measured
         warm = bool(rates)
         if not warm:  # too short for the warm-up: summarise every call instead
@@ -280,7 +281,7 @@ class Throughput(keras.callbacks.Callback):
         }
         mfu = ""
         if self._examples_known:
-            per_call = [e for _, e in rates]
+            per_call = [e for _, e in rates if e is not None]  # all known here
             self.summary["examples_per_second"] = _stats(per_call, examples, seconds)
             value = self._mfu_of(self.summary["examples_per_second"]["overall"])
             if value is not None and np.isfinite(value):

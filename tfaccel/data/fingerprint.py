@@ -173,7 +173,7 @@ def element_spec_text(dataset: tf.data.Dataset) -> str:
     )
 
 
-def function_identity(fn) -> str:
+def function_identity(fn: Callable | None) -> str:
     """A function's qualified name and a digest of its bytecode ("" for None)."""
     if fn is None:
         return ""

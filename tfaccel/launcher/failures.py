@@ -9,6 +9,8 @@ workers: the launcher says so and stops instead of shrinking the job.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
+from typing import Any, TextIO
 
 AT_ONCE_S = 10.0  # a failure this soon after a start is the script's, not a machine's
 
@@ -16,7 +18,7 @@ AT_ONCE_S = 10.0  # a failure this soon after a start is the script's, not a mac
 class Starts:
     """The starts of the job's current shape (worker count), timed."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.at_once: list[bool] = []
 
     def reset(self) -> int:
@@ -24,7 +26,7 @@ class Starts:
         self.at_once = []
         return 0
 
-    def timed(self, run, *args):
+    def timed(self, run: Callable[..., Any], *args: Any) -> Any:
         """`run(*args)`, noting whether it ended in a worker's own non-zero exit at once."""
         began = time.monotonic()
         result = run(*args)
@@ -32,7 +34,7 @@ class Starts:
         self.at_once.append(own_exit and time.monotonic() - began < AT_ONCE_S)
         return result
 
-    def script_error(self, result, err) -> bool:
+    def script_error(self, result: Any, err: TextIO) -> bool:
         """True (and says so on `err`) when every start of this shape failed at once."""
         if not self.at_once or not all(self.at_once):
             return False

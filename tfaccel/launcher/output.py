@@ -14,6 +14,7 @@ from __future__ import annotations
 import re
 import subprocess
 import threading
+from typing import TextIO
 
 # What TensorFlow's runtime logs when a peer's gRPC server is gone (one message spans
 # several lines: the log line, then the gRPC error's details).
@@ -28,7 +29,7 @@ SHUTDOWN_NOISE = re.compile(
 class Relay:
     """Copies worker output to `out` with `[worker i]` prefixes (see the module docstring)."""
 
-    def __init__(self, out):
+    def __init__(self, out: TextIO) -> None:
         self.out = out
         self.lock = threading.Lock()
         self.held: list[str] = []
@@ -43,6 +44,7 @@ class Relay:
         self.readers.append(reader)
 
     def _copy(self, process: subprocess.Popen, index: int) -> None:
+        assert process.stdout is not None  # the launcher starts it with stdout=PIPE
         for raw in iter(process.stdout.readline, b""):
             line = f"[worker {index}] {raw.decode(errors='replace')}"
             with self.lock:

@@ -22,6 +22,7 @@ import socket
 import sys
 import threading
 import time
+from collections.abc import Iterator
 
 from tfaccel.errors import PeersMissingError
 
@@ -210,7 +211,7 @@ while True:
 
 
 @contextlib.contextmanager
-def guarded(timeout_s: float | None):
+def guarded(timeout_s: float | None) -> Iterator[None]:
     """Bounds TensorFlow's cluster set-up, which holds the interpreter (no Python signal
     handler runs, TensorFlow's own handler swallows SIGTERM): a watchdog process kills
     this one, saying why, after `timeout_s` (None: no bound) or on Ctrl-C (the byte
@@ -227,6 +228,7 @@ def guarded(timeout_s: float | None):
         stdin=subprocess.PIPE,
         pass_fds=(read,),
     )
+    assert watchdog.stdin is not None  # stdin=PIPE
     try:
         yield
     finally:

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import keras
 import tensorflow as tf
 from keras import tree
 
 
-def node_params(node, seen: set) -> int:
+def node_params(node: Any, seen: set[int]) -> int:
     """Parameters of the layer a graph node calls, counted at its first node only."""
     operation = node.operation
     if id(operation) in seen or not isinstance(operation, keras.layers.Layer):
@@ -16,7 +18,7 @@ def node_params(node, seen: set) -> int:
     return operation.count_params() if operation.built else 0
 
 
-def graph_flops(graph) -> int:
+def graph_flops(graph: tf.Graph) -> int:
     """Float operations in a graph, as TensorFlow's profiler counts them."""
     options = (
         tf.compat.v1.profiler.ProfileOptionBuilder(
@@ -44,7 +46,7 @@ def _example_tensor(spec, what: str) -> tf.Tensor:
     return tf.zeros((1, *shape), dtype=spec.dtype)
 
 
-def node_flops(node) -> int:
+def node_flops(node: Any) -> int:
     """Estimated forward FLOPs of one graph node for a single example."""
     operation = node.operation
     values = {id(t): _example_tensor(t, operation.name) for t in node.input_tensors}

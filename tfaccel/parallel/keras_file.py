@@ -6,7 +6,7 @@ import os
 import zipfile
 
 
-def damage(path) -> str | None:
+def damage(path: str | os.PathLike) -> str | None:
     """Why the `.keras` file at `path` cannot be loaded, or None when it looks whole."""
     size = os.path.getsize(path)
     if size == 0:
@@ -29,7 +29,7 @@ def damage(path) -> str | None:
     return None
 
 
-def explain_load_failure(path, error: Exception) -> Exception | None:
+def explain_load_failure(path: str | os.PathLike, error: Exception) -> Exception | None:
     """A clear error for a failed load of an existing or missing file, or None."""
     path = os.fspath(path)
     if not os.path.exists(path):

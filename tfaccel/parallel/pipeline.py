@@ -27,7 +27,10 @@ import contextlib
 import itertools
 import logging
 import operator
+import os
 import threading
+from collections.abc import Sequence
+from typing import Any
 
 import keras
 import numpy as np
@@ -51,7 +54,9 @@ def _devices_at_load(devices):
         _override.devices = previous
 
 
-def load_model(path, *, devices=None, **kwargs) -> keras.Model:
+def load_model(
+    path: str | os.PathLike, *, devices: Sequence[str] | None = None, **kwargs: Any
+) -> keras.Model:
     """Loads a `.keras` file that holds `PipelineModel`s, placing stages on `devices`.
 
     Args:
@@ -224,19 +229,19 @@ class PipelineModel(keras.Model):
         return list(self._devices)
 
     @property
-    def inputs(self):
+    def inputs(self) -> list:
         """The first stage's symbolic inputs (as a functional model's `inputs`)."""
         return self.stages[0].inputs
 
     @property
-    def outputs(self):
+    def outputs(self) -> list:
         """The last stage's symbolic outputs (as a functional model's `outputs`)."""
         return self.stages[-1].outputs
 
-    def build(self, input_shape=None):
+    def build(self, input_shape: Any = None) -> None:
         self.built = True
 
-    def call(self, inputs, training=None):
+    def call(self, inputs: Any, training: bool | None = None) -> Any:
         check_strategy()
         with tf.device(self._devices[0]), tf.name_scope("micro_batches"):
             parts = self._split(inputs, training)
@@ -334,7 +339,7 @@ class PipelineModel(keras.Model):
         lines.append(f"total parameters: {total:,}")
         return "\n".join(lines)
 
-    def get_config(self):
+    def get_config(self) -> dict:
         return {
             "name": self.name,
             "trainable": self.trainable,
@@ -344,7 +349,7 @@ class PipelineModel(keras.Model):
         }
 
     @classmethod
-    def from_config(cls, config, custom_objects=None):
+    def from_config(cls, config: dict, custom_objects: dict | None = None) -> PipelineModel:
         config = dict(config)
         configs = config.pop("stages")
         saved = config.pop("devices")

@@ -13,6 +13,8 @@ from __future__ import annotations
 import dataclasses
 import math
 import time
+from collections.abc import Callable
+from typing import Any
 
 import keras
 import tensorflow as tf
@@ -103,13 +105,13 @@ def _rate_budget(spent: float, job_examples, eps, budget_s) -> float | None:
 
 
 def tune(
-    build_model,
-    data,
+    build_model: Callable[[], keras.Model],
+    data: Any,
     *,
-    loss,
+    loss: Any,
     batch_size: int,
     learning_rate: float,
-    optimizer="adam",
+    optimizer: Any = "adam",
     strategy: tf.distribute.Strategy | None = None,
     epochs: int | None = None,
     job_examples: int | None = None,

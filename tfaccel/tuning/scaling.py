@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 import warnings
+from typing import Any
 
 from tfaccel.errors import LRScalingWarning
 
@@ -32,7 +33,7 @@ ADAPTIVE = (
 )
 
 
-def check_lr_scaling(rule) -> None:
+def check_lr_scaling(rule: str | None) -> None:
     """Raises ValueError unless `rule` is "auto", "linear", "sqrt" or None."""
     if rule not in LR_SCALING_RULES:
         raise ValueError(
@@ -41,7 +42,7 @@ def check_lr_scaling(rule) -> None:
         )
 
 
-def rule_for(optimizer) -> str:
+def rule_for(optimizer: Any) -> str:
     """ "sqrt" for adaptive optimizers (Adam, AdamW, RMSprop...), "linear" for SGD.
 
     `optimizer` is an optimizer, its class or its name; loss scaling is looked through.
@@ -79,7 +80,7 @@ def _unknown(why: str) -> str:
     return "linear"
 
 
-def resolve_lr_scaling(rule, optimizer) -> str | None:
+def resolve_lr_scaling(rule: str | None, optimizer: Any) -> str | None:
     """`rule`, with "auto" replaced by `rule_for(optimizer)`."""
     check_lr_scaling(rule)
     return rule_for(optimizer) if rule == "auto" else rule

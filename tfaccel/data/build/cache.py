@@ -49,6 +49,7 @@ import threading
 import time
 import warnings
 import weakref
+from typing import TYPE_CHECKING, Any
 
 import psutil
 
@@ -60,13 +61,16 @@ from tfaccel.errors import (
     StaleCacheWarning,
 )
 
+if TYPE_CHECKING:
+    import tensorflow as tf
+
 MISMATCH_MODES = ("rebuild", "error")
 # The longest suffix the cache's files add: "-pipeline99of99", "-<fingerprint>" and
 # tf.data's ".data-00000-of-00001.tempstate<digits>".
 _SUFFIX_ROOM = 80
 
 
-def check_cache(cache) -> str | None:
+def check_cache(cache: Any) -> str | None:
     """Validates the `cache` argument; returns "memory", a file path, or None.
 
     Raises:
@@ -299,7 +303,9 @@ def _try_own(path: str):
     return handle, None
 
 
-def _elsewhere(dataset, path: str, record: dict, mismatch: str, holder: str):
+def _elsewhere(
+    dataset: tf.data.Dataset, path: str, record: dict, mismatch: str, holder: str
+) -> tuple[tf.data.Dataset, str]:
     alternative = f"{path}-{record['fingerprint']}"
     text = (
         f"The file cache {path!r} belongs to {holder}, built from other data than this "
@@ -316,7 +322,9 @@ def _elsewhere(dataset, path: str, record: dict, mismatch: str, holder: str):
     return cache_to_file(dataset, alternative, record, mismatch)
 
 
-def cache_to_file(dataset, path: str, record: dict, mismatch: str = "rebuild"):
+def cache_to_file(
+    dataset: tf.data.Dataset, path: str, record: dict, mismatch: str = "rebuild"
+) -> tuple[tf.data.Dataset, str]:
     """`dataset.cache(path)` once this process owns `path` for `record`'s data.
 
     Args:

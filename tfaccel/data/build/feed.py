@@ -20,6 +20,8 @@ reads it). `rebuilt()` gives a second, independent build for timing reads.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
+from typing import Any
 
 import tensorflow as tf
 
@@ -38,7 +40,7 @@ def has_static_batch(dataset: tf.data.Dataset) -> bool:
     return bool(dim.rank) and dim[0] is not None
 
 
-def is_dataset_fn(data) -> bool:
+def is_dataset_fn(data: Any) -> bool:
     """True for a `distribute_datasets_from_function`-style callable."""
     return callable(data) and not isinstance(data, tf.data.Dataset)
 
@@ -89,7 +91,9 @@ class Feed:
         TypeError: `data` is none of those, or its function returns no dataset.
     """
 
-    def __init__(self, data, strategy: tf.distribute.Strategy, *, what: str = "training"):
+    def __init__(
+        self, data: Any, strategy: tf.distribute.Strategy, *, what: str = "training"
+    ) -> None:
         self.data, self.strategy, self.what = data, strategy, what
         self._build = _Build(data, strategy)
         self._transforms: tuple = ()
@@ -97,7 +101,7 @@ class Feed:
         self._fingerprint: Fingerprint | None = None
 
     @classmethod
-    def of(cls, data, strategy: tf.distribute.Strategy, *, what: str = "training") -> Feed:
+    def of(cls, data: Any, strategy: tf.distribute.Strategy, *, what: str = "training") -> Feed:
         """`data` as a Feed: a Feed (e.g. `Trainer.feed`'s) is reused as it is, once it is
         known to be read by `strategy`; anything else is built once.
 
@@ -147,7 +151,7 @@ class Feed:
         return probe
 
     @property
-    def element_spec(self):
+    def element_spec(self) -> Any:
         """The element spec of the built dataset (per-replica batches of a function)."""
         return self._build.dataset.element_spec
 
@@ -190,7 +194,7 @@ class Feed:
         return examples % batch, examples
 
     @property
-    def service(self):
+    def service(self) -> Any:
         """The tf.data service the pipeline's stages before prefetch run on
         (`service_stage.ServiceInfo`), or None."""
         built = self._build.built or built_of(self._build.dataset)
@@ -267,7 +271,7 @@ class Feed:
         refuses symbolic checkpoints."""
         return not any("Cache" in type(node).__name__ for node in graph.every_input(self.dataset))
 
-    def mapped(self, fn) -> Feed:
+    def mapped(self, fn: Callable[[tf.data.Dataset], tf.data.Dataset]) -> Feed:
         """The data with `fn(dataset) -> dataset` applied to its batches (and to the probe,
         so the value checks read what training reads): e.g. `tfaccel.methods`' batch maps.
         The fingerprint stays the source data's."""
@@ -296,7 +300,9 @@ class Feed:
         feed._probe_maps = self._probe_maps
         return feed
 
-    def distribute(self, endless: bool = False):
+    def distribute(
+        self, endless: bool = False
+    ) -> tf.distribute.DistributedDataset | tf.data.Dataset:
         """The dataset to iterate under the strategy. `endless` (repeated) data of a
         function on a multi-worker CPU cluster with one replica per worker is that
         worker's own dataset (see `local_shard`)."""
@@ -336,7 +342,10 @@ class Feed:
         )
 
 
-def local_shard(strategy: tf.distribute.Strategy, fn) -> tf.data.Dataset | None:
+def local_shard(
+    strategy: tf.distribute.Strategy,
+    fn: Callable[[tf.distribute.InputContext], tf.data.Dataset],
+) -> tf.data.Dataset | None:
     """This worker's dataset from `fn`, iterated as it is, when every worker of a
     `MultiWorkerMirroredStrategy` has one replica on its CPU; else None.
 

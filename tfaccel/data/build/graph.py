@@ -16,7 +16,8 @@ Example:
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import tensorflow as tf
 from tensorflow.core.framework import graph_pb2
@@ -63,7 +64,7 @@ def chain(dataset: tf.data.Dataset) -> Iterator[tf.data.Dataset]:
 def every_input(dataset: tf.data.Dataset) -> Iterator[tf.data.Dataset]:
     """`dataset` and all its input datasets, every branch (an interleave's inner datasets,
     made by its function, are not followed)."""
-    stack, seen = [dataset], set()
+    stack, seen = [dataset], set[int]()
     while stack and len(seen) < 16 * CHAIN_LIMIT:
         node = stack.pop()
         if id(node) in seen or not isinstance(node, tf.data.Dataset):
@@ -73,7 +74,7 @@ def every_input(dataset: tf.data.Dataset) -> Iterator[tf.data.Dataset]:
         stack.extend(node._inputs())
 
 
-def _static_int(value) -> int | None:
+def _static_int(value: Any) -> int | None:
     try:
         return int(tf.get_static_value(value))
     except TypeError:
@@ -152,7 +153,7 @@ def map_function_graphs(dataset: tf.data.Dataset) -> Iterator[graph_pb2.GraphDef
             yield graph.as_graph_def()
 
 
-def serialized_graph(dataset: tf.data.Dataset, external_state_policy) -> graph_pb2.GraphDef:
+def serialized_graph(dataset: tf.data.Dataset, external_state_policy: Any) -> graph_pb2.GraphDef:
     """The whole dataset graph as TensorFlow serializes it (`_as_serialized_graph`)."""
     serialized = dataset._as_serialized_graph(external_state_policy=external_state_policy)
     graph = graph_pb2.GraphDef()
@@ -160,7 +161,7 @@ def serialized_graph(dataset: tf.data.Dataset, external_state_policy) -> graph_p
     return graph
 
 
-def sliced_rows(dataset: tf.data.Dataset):
+def sliced_rows(dataset: tf.data.Dataset) -> Any:
     """The tensors a `Dataset.from_tensor_slices` source slices (its element structure,
     each with a leading row axis), or None for any other dataset: what can be read by
     row index."""
@@ -175,7 +176,9 @@ def sliced_rows(dataset: tf.data.Dataset):
 _PASS_THROUGH: list = []
 
 
-def passed_through(dataset: tf.data.Dataset, on_iter) -> tf.data.Dataset:
+def passed_through(
+    dataset: tf.data.Dataset, on_iter: Callable[[Iterator], Iterator]
+) -> tf.data.Dataset:
     """`dataset` unchanged (the same graph: elements, order, options), except that its
     eager `iter(...)` returns `on_iter(iterator)` (`data.freed_in_background`)."""
     if not _PASS_THROUGH:
@@ -193,6 +196,6 @@ def passed_through(dataset: tf.data.Dataset, on_iter) -> tf.data.Dataset:
     return _PASS_THROUGH[0](dataset, on_iter)
 
 
-def passed_through_with(dataset: tf.data.Dataset):
+def passed_through_with(dataset: tf.data.Dataset) -> Callable[[Iterator], Iterator] | None:
     """The `on_iter` of a `passed_through` dataset, else None."""
     return dataset.on_iter if _PASS_THROUGH and isinstance(dataset, _PASS_THROUGH[0]) else None

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
+from typing import TypeAlias
 
 import tensorflow as tf
 
@@ -30,7 +31,7 @@ from tfaccel.data.service import stage as service_stage
 INFINITE = int(tf.data.INFINITE_CARDINALITY)
 UNKNOWN = int(tf.data.UNKNOWN_CARDINALITY)
 
-Source = tf.data.Dataset | Callable[[tf.distribute.InputContext | None], tf.data.Dataset]
+Source: TypeAlias = tf.data.Dataset | Callable[[tf.distribute.InputContext | None], tf.data.Dataset]
 _Config = stages.Config
 
 
@@ -54,7 +55,8 @@ class DatasetFn:
         self.strategy = strategy
         self.drop_remainder = config.drop_remainder
         self.training = config.training
-        self._kept = None  # (context key, Built): pipeline()'s check build, unread
+        # (context key, Built): pipeline()'s check build, unread
+        self._kept: tuple[tuple[int, int, int], Built] | None = None
 
     @property
     def service(self) -> service_stage.ServiceInfo | None:
@@ -121,7 +123,7 @@ def pipeline(
     shuffle_budget_mb: float = sizing.SHUFFLE_BUDGET_MB,
     check_finite: bool = False,
     cache_mismatch: str = "rebuild",
-    service=None,
+    service: str | service_stage.LocalService | None = None,
     service_mode: str | None = None,
 ) -> tf.data.Dataset | DatasetFn:
     """Builds a batched, prefetched input pipeline in the correct order.
@@ -321,11 +323,11 @@ def _examples(stream: stages.Stream) -> int | None:
     if stream.pipelines == 1:
         count = int(stream.before_batch.cardinality())
         return count if count >= 0 else None
-    count = stages.by_element_count(stream)
+    elements = stages.by_element_count(stream)
     times = stream.config.repeat
-    if count is None or count < 0 or times is True:
+    if elements is None or elements < 0 or times is True:
         return None
-    return count * (times or 1)
+    return elements * (times or 1)
 
 
 def _probe_of(stream: stages.Stream) -> Callable[[], tf.data.Dataset]:

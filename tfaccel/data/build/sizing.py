@@ -18,6 +18,8 @@ an error rather than a silent out-of-memory later.
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import tensorflow as tf
 
@@ -27,7 +29,7 @@ UNKNOWN_ELEMENT_BYTES = 1 << 20
 _MIB = 1 << 20
 
 
-def static_element_bytes(element_spec) -> int | None:
+def static_element_bytes(element_spec: Any) -> int | None:
     """Bytes of one element from its spec, or None when a shape or size is not static."""
     total = 0
     for spec in tf.nest.flatten(element_spec):
@@ -63,7 +65,7 @@ def known_cardinality(dataset: tf.data.Dataset) -> int | None:
     return int(value)
 
 
-def check_request(requested) -> None:
+def check_request(requested: Any) -> None:
     """Raises ValueError unless `requested` is "auto", None or a positive int."""
     if requested is None or requested == "auto":
         return
@@ -75,7 +77,7 @@ def check_request(requested) -> None:
 
 
 def shuffle_buffer_size(
-    requested: int | str,
+    requested: int | str | None,
     *,
     element_bytes: int,
     cardinality: int | None,
@@ -104,6 +106,8 @@ def shuffle_buffer_size(
         )
         return size, reason
     check_request(requested)
+    if not isinstance(requested, int):  # None: no shuffle, no buffer to size
+        raise TypeError(f"shuffle_buffer_size needs 'auto' or a positive int, got {requested!r}.")
     if requested > fits:
         need = requested * element_bytes / _MIB
         raise ValueError(

@@ -102,7 +102,7 @@ class Stream:
     split_rows: int | None = None
 
 
-def check_seed(seed) -> int | None:
+def check_seed(seed: Any) -> int | None:
     """The seed as an int in [0, 2**63), or None; raises ValueError for anything else."""
     if seed is None:
         return None
@@ -191,7 +191,7 @@ def source_and_shard(s: Stream) -> Stream:
     if s.pipelines > 1:
         if s.self_sharding:
             s.plan.add("shard", by="source function (input_context)", pipeline=where)
-        elif info and info.raw is not None and (info.count or 0) >= s.pipelines:
+        elif info and info.raw is not None and info.finish and (info.count or 0) >= s.pipelines:
             dataset = info.finish(info.raw.shard(s.pipelines, s.index))
             s.plan.add("shard", by=info.units, pipeline=where, before="decoding")
         else:
@@ -339,14 +339,14 @@ def elastic(s: Stream) -> Stream:
 
 def seeded(s: Stream) -> Stream:
     """A seeded `augment(features, label, seed)`: stateless ops, seeded per element."""
-    config = s.config
-    if not s.stateless:
+    config, augment = s.config, s.config.augment
+    if not s.stateless or augment is None:  # stateless: augment is given and takes a seed
         return s
     spec = s.dataset.element_spec[1]
-    where = f"the output of augment={name(config.augment)}"
+    where = f"the output of augment={name(augment)}"
     s.dataset = augment_seeds.seeded_augment(
         s.dataset,
-        on_pairs(config.augment, spec, where, seed=0),
+        on_pairs(augment, spec, where, seed=0),
         seed=augment_seeds.base_seed(config.seed),
         shuffled=config.shuffle_buffer is not None,
         pipelines=s.pipelines,
@@ -357,7 +357,7 @@ def seeded(s: Stream) -> Stream:
         require_pair(s.dataset.element_spec, where)
     s.plan.add(
         "augment",
-        fn=name(config.augment),
+        fn=name(augment),
         parallel="AUTOTUNE",
         after="cache and shuffle",
         random="stateless, seeded by (seed, epoch, element index)",

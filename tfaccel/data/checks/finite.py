@@ -2,18 +2,21 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 import tensorflow as tf
 
 from tfaccel.data.elements import is_pair, is_weighted
 
 
-def features_of(element):
+def features_of(element: Any) -> Any:
     """The features of an element: the first item of a `(features, label)` pair or a
     `(features, label, sample_weight)` triple, else all."""
     return element[0] if is_pair(element) or is_weighted(element) else element
 
 
-def assert_finite(index, element, where: str):
+def assert_finite(index: Any, element: Any, where: str) -> Any:
     """Returns `element` unchanged, failing when a floating feature or label is NaN or inf.
 
     Raises (when the dataset is iterated):
@@ -44,14 +47,16 @@ def assert_finite(index, element, where: str):
         return tf.nest.map_structure(tf.identity, element)
 
 
-def call(fn, element, **kwargs):
+def call(fn: Callable, element: Any, **kwargs: Any) -> Any:
     """Calls a `Dataset.map`-style function on one element (a tuple is unpacked)."""
     if isinstance(element, tuple):
         return fn(*element, **kwargs)
     return fn(element, **kwargs)
 
 
-def checked(dataset: tf.data.Dataset, preprocess, *, deterministic: bool, where: str):
+def checked(
+    dataset: tf.data.Dataset, preprocess: Callable | None, *, deterministic: bool, where: str
+) -> tf.data.Dataset:
     """Applies `preprocess` (may be None), then checks the features of each element.
 
     The index is the element's position in `dataset` (the source order), carried

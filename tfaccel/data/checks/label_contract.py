@@ -9,6 +9,7 @@ NaN) and labels outside [0, 1] for a binary cross-entropy.
 from __future__ import annotations
 
 import re
+from typing import Any
 
 import keras
 import numpy as np
@@ -41,7 +42,7 @@ _VOCABULARY = (
 )
 
 
-def check(dataset, model, loss) -> None:
+def check(dataset: tf.data.Dataset, model: keras.Model, loss: Any) -> None:
     """Raises ValueError when the labels do not fit the model's output and the loss.
 
     Args:
@@ -81,7 +82,7 @@ def check(dataset, model, loss) -> None:
         _check_values(dataset, kind, name, output)
 
 
-def loss_kind(loss) -> tuple[str, str | None]:
+def loss_kind(loss: Any) -> tuple[str, str | None]:
     """The loss's name and what labels it takes (SPARSE, ..., or None when unknown)."""
     if isinstance(loss, str):
         try:
@@ -96,7 +97,7 @@ def loss_kind(loss) -> tuple[str, str | None]:
     return next((n for n in names if n), type(loss).__name__), None
 
 
-def output_shape(model, x_spec) -> tuple | None:
+def output_shape(model: keras.Model, x_spec: Any) -> tuple | None:
     """The model's (single) output shape, batch first; None when it has several or fails."""
     try:  # a functional model (or a built Sequential) knows them
         outputs = model.outputs
@@ -238,13 +239,13 @@ def _try_loss(loss, name: str, label_spec: tf.TensorSpec, output: tuple, dataset
         ) from error
 
 
-def _reads_values(kind, name: str, label: tf.TensorSpec) -> bool:
+def _reads_values(kind: str | None, name: str, label: tf.TensorSpec) -> bool:
     if kind == SPARSE:
         return label.dtype.is_floating
     return kind == BINARY and "crossentropy" in name
 
 
-def _check_values(dataset: tf.data.Dataset, kind: str, name: str, output) -> None:
+def _check_values(dataset: tf.data.Dataset, kind: str | None, name: str, output: Any) -> None:
     """Reads the first batch's labels (only) and names NaN, fractions or out-of-range values."""
     try:  # one op, no Python iterator: a few ms where `for element in ...` takes tens
         element = dataset.take(1).get_single_element()

@@ -5,16 +5,18 @@ Both `data.from_arrays` and the Trainer's array inputs check with this module.
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import tensorflow as tf
 
 
-def rows(x) -> int:
+def rows(x: Any) -> int:
     """The number of examples (rows) of an array structure."""
     return int(np.shape(tf.nest.flatten(x)[0])[0])
 
 
-def check_sample_weight(x, y, weights) -> None:
+def check_sample_weight(x: Any, y: Any, weights: Any) -> None:
     """Raises ValueError unless `weights` has one row per example: shape (N,), (N, 1)
     or the labels' shape."""
     if weights is None or isinstance(weights, (dict, tuple)):

@@ -30,6 +30,8 @@ import functools
 import inspect
 import random
 import warnings
+from collections.abc import Callable, Iterator
+from typing import Any, TypeVar
 
 import tensorflow as tf
 from tensorflow.python.eager import context
@@ -37,12 +39,14 @@ from tensorflow.python.eager import context
 from tfaccel.data.build import graph
 from tfaccel.data.checks.finite import call
 
+_T = TypeVar("_T")
+
 KEY_RANGE, KEY_DRAWS = 256, 4  # unshuffled data: 256*255*254*253 distinct epoch keys
 KEY_SEED_OFFSET = 7919  # keeps the key draws apart from a shuffle seeded alike upstream
 
 
 @contextlib.contextmanager
-def without_global_seed():
+def without_global_seed() -> Iterator[None]:
     """Random ops made inside ignore TensorFlow's global seed (`tf.random.set_seed`,
     `keras.utils.set_random_seed`): an op's own seed alone decides, whatever code ran
     before (tf.data's shuffle otherwise pairs its seed with the global one in force)."""
@@ -60,13 +64,13 @@ def without_global_seed():
             graph.seed = saved[1]
 
 
-def own_seed(build):
+def own_seed(build: Callable[..., _T]) -> Callable[..., _T]:
     """Decorates `build(config, ...)` so that ops seeded by `config.seed` ignore TensorFlow's
     global seed (see `without_global_seed`): the same `seed` gives the same order after
     other code ran."""
 
     @functools.wraps(build)
-    def built_with_own_seed(config, *args, **kwargs):
+    def built_with_own_seed(config: Any, *args: Any, **kwargs: Any) -> _T:
         if config.seed is None:  # unseeded: the global seed (if any) decides, as in tf.data
             return build(config, *args, **kwargs)
         with without_global_seed():
@@ -114,7 +118,7 @@ def stateful_random_ops(dataset: tf.data.Dataset) -> list[str]:
     return sorted(found)
 
 
-def takes_seed(fn) -> bool:
+def takes_seed(fn: Callable) -> bool:
     """Whether `fn` accepts a `seed` keyword argument (then it gets stateless seeds)."""
     try:
         return "seed" in inspect.signature(fn).parameters
@@ -129,7 +133,7 @@ def base_seed(seed: int | None) -> int:
 
 def seeded_augment(
     indexed: tf.data.Dataset,
-    augment,
+    augment: Callable,
     *,
     seed: int,
     shuffled: bool,
@@ -193,7 +197,7 @@ def _keyed_by_draw(indexed: tf.data.Dataset, seed: int) -> tf.data.Dataset:
     return tf.data.Dataset.zip(indexed, keys)
 
 
-def warn_if_random_state(sample: tf.data.Dataset, checkpoint_dir) -> None:
+def warn_if_random_state(sample: tf.data.Dataset, checkpoint_dir: str | None) -> None:
     """Warns when the input draws random numbers that a resumed run cannot replay."""
     ops = stateful_random_ops(sample)
     if ops:

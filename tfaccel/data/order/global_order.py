@@ -24,6 +24,7 @@ the same number of input pipelines, and a changed count is refused at resume.
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import tensorflow as tf
 
@@ -37,7 +38,7 @@ __all__ = ["GLOBAL", "order_of", "reason_not", "read"]
 GLOBAL = "global"
 
 
-def reason_not(config) -> str | None:
+def reason_not(config: Any) -> str | None:
     """Why a pipeline with `config` (a `stages.Config`) cannot read the global order over
     several input pipelines; None when it can."""
     if not config.training:
@@ -60,7 +61,7 @@ def reason_not(config) -> str | None:
     return None
 
 
-def order_of(s) -> str:
+def order_of(s: Any) -> str:
     """ "global" when stream `s`'s global batches are the same on any number of input
     pipelines (workers), else why they are not (a resume must keep the worker count)."""
     if s.elastic:
@@ -68,7 +69,7 @@ def order_of(s) -> str:
     return reason_not(s.config) or GLOBAL
 
 
-def read(s, buffer_size, buffer_reason: str):
+def read(s: Any, buffer_size: int, buffer_reason: str) -> Any:
     """This pipeline's slice of the global order, read, preprocessed and augmented.
 
     Args:
@@ -114,13 +115,13 @@ def read(s, buffer_size, buffer_reason: str):
     return s
 
 
-def replicas_per_pipeline(s) -> int:
+def replicas_per_pipeline(s: Any) -> int:
     """The replicas one input pipeline feeds."""
     context = s.context
     return 1 if context is None else max(context.num_replicas_in_sync // s.pipelines, 1)
 
 
-def slice_count(s, count: int) -> int:
+def slice_count(s: Any, count: int) -> int:
     """Elements this pipeline reads in one pass over `count` examples."""
     width, batch = s.batch * replicas_per_pipeline(s), s.config.batch_size
     full, rest = divmod(count, batch)
@@ -129,7 +130,7 @@ def slice_count(s, count: int) -> int:
     return full * width + min(max(rest - s.index * width, 0), width)
 
 
-def padding(s, count: int) -> int:
+def padding(s: Any, count: int) -> int:
     """Empty batches this pipeline appends so that it runs every step of the epoch."""
     if s.config.drop_remainder:
         return 0

@@ -17,6 +17,7 @@ the idle replicas, mixing epochs. So, keeping the remainder:
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import tensorflow as tf
 
@@ -27,7 +28,7 @@ from tfaccel.data.sources.info import source_info
 _plain = tf.autograph.experimental.do_not_convert
 
 
-def can_even_shards(source) -> bool:
+def can_even_shards(source: Any) -> bool:
     """Whether the shards of `source` can be padded to equal batch counts: a dataset of
     known length sharded by element, every component's shape known."""
     if not isinstance(source, tf.data.Dataset):

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from tfaccel.data.elements import name
 
 
-def resume_note(config, stateless: bool) -> str:
+def resume_note(config: Any, stateless: bool) -> str:
     """What a resumed training run reproduces exactly (shown by `explain`); `config` is the
     pipeline's `stages.Config`."""
     if config.seed is None:

@@ -11,6 +11,10 @@ from __future__ import annotations
 
 import sys
 import threading
+from typing import TYPE_CHECKING, Any, TextIO
+
+if TYPE_CHECKING:
+    import tensorflow as tf
 
 __all__ = ["Counter", "counted"]
 
@@ -18,13 +22,13 @@ __all__ = ["Counter", "counted"]
 class Counter:
     """Examples delivered by the epoch in progress, and each finished epoch's total."""
 
-    def __init__(self, expected: int, address: str, err=None):
+    def __init__(self, expected: int, address: str, err: TextIO | None = None) -> None:
         self.expected, self.address, self.err = expected, address, err
         self.now = 0
         self.epochs: list[int] = []
         self._lock = threading.Lock()
 
-    def add(self, n) -> int:
+    def add(self, n: Any) -> int:
         with self._lock:
             self.now += int(n)
         return 0
@@ -45,7 +49,9 @@ class Counter:
         return 0
 
 
-def counted(dataset, expected: int, address: str):
+def counted(
+    dataset: tf.data.Dataset, expected: int, address: str
+) -> tuple[tf.data.Dataset, Counter]:
     """`dataset` (batches from the service) with its examples counted; `(dataset, Counter)`."""
     import tensorflow as tf
 

@@ -20,12 +20,17 @@ from __future__ import annotations
 import contextlib
 import os
 import sys
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, TextIO
+
+if TYPE_CHECKING:
+    from tfaccel.data.service.local import LocalService
 
 __all__ = ["service_for_job"]
 
 
 @contextlib.contextmanager
-def service_for_job(workers: int, err=None):
+def service_for_job(workers: int, err: TextIO | None = None) -> Iterator[LocalService]:
     """Runs a local tf.data service of `workers` workers for the block; yields it.
 
     Its address is in `os.environ` (so in every process started in the block) under

@@ -28,11 +28,14 @@ import sys
 import tempfile
 import threading
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tfaccel.data.service import sealed, server
 from tfaccel.data.service.watch import Watch
 from tfaccel.errors import PortInUseError, ServiceError
+
+if TYPE_CHECKING:
+    import tensorflow as tf
 
 MODES = ("dynamic", "static")
 """`service_mode` values: "dynamic" (`distributed_epoch`, the default) or "static"."""
@@ -118,7 +121,7 @@ class LocalService:
                 f"{self.dispatcher.returncode}); its jobs are gone. Start a new service."
             )
 
-    def share_functions(self, dataset, timeout_s: float = 60.0) -> int:
+    def share_functions(self, dataset: tf.data.Dataset, timeout_s: float = 60.0) -> int:
         """Sends the Python functions of `dataset`'s `numpy_function` / `py_function` ops
         to every worker (under the tokens the graph names them by); returns how many.
 
@@ -148,6 +151,7 @@ class LocalService:
             deadline = time.monotonic() + timeout_s
             running = [(i, p) for i, p in enumerate(self.worker_processes) if p.poll() is None]
             for _, process in running:
+                assert process.stdin is not None  # _start pipes it
                 process.stdin.write(line)
                 process.stdin.flush()
             count = 0
@@ -179,6 +183,7 @@ class LocalService:
             command = _worker_command(self.address.removeprefix("grpc://"), port)
             process = _start(command, self.key)
             if self.functions_lines:  # one line, read before it serves: every chunk
+                assert process.stdin is not None  # _start pipes it
                 process.stdin.write(" ".join(x.strip() for x in self.functions_lines) + "\n")
                 process.stdin.flush()
             self.processes[index + 1] = process
@@ -362,7 +367,7 @@ def _dumps(cloudpickle, functions: dict) -> bytes:
             cloudpickle.unregister_pickle_by_value(module)
 
 
-def python_functions(dataset) -> dict:
+def python_functions(dataset: tf.data.Dataset) -> dict[str, Any]:
     """The Python functions of `dataset`'s `numpy_function` / `py_function` ops, by token."""
     from tensorflow.python.ops import script_ops
 
@@ -386,6 +391,7 @@ def _ready_line(
     process: subprocess.Popen, deadline: float, what: str, ready: str | tuple = server.READY
 ) -> str:
     """The server's ready line; raises `ServiceError` (with its stderr) if it exits or is late."""
+    assert process.stdout is not None  # _start pipes it
     while True:
         left = deadline - time.monotonic()
         if left <= 0:

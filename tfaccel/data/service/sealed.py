@@ -15,6 +15,7 @@ import hashlib
 import hmac
 import os
 import secrets
+from collections.abc import MutableMapping
 
 from tfaccel.errors import ServiceError
 
@@ -29,7 +30,9 @@ def new_key() -> bytes:
     return secrets.token_bytes(32)
 
 
-def key_from_env(environ=None, pop: bool = False) -> bytes | None:
+def key_from_env(
+    environ: MutableMapping[str, str] | None = None, pop: bool = False
+) -> bytes | None:
     """The secret in `ENV_KEY` (None when unset); `pop` removes it from `environ`.
 
     Raises:

@@ -12,6 +12,7 @@ import socket
 import sys
 import threading
 import time
+from typing import Any, TextIO
 
 from tfaccel.data.service import sealed
 from tfaccel.errors import PortInUseError, ServiceError
@@ -70,7 +71,11 @@ def serve_dispatcher(
     import tensorflow as tf
 
     service = tf.data.experimental.service
-    settings = {"port": port, "work_dir": work_dir, "fault_tolerant_mode": bool(work_dir)}
+    settings: dict[str, Any] = {
+        "port": port,
+        "work_dir": work_dir,
+        "fault_tolerant_mode": bool(work_dir),
+    }
     if worker_addresses:
         settings["worker_addresses"] = list(worker_addresses)
     if worker_timeout_ms:
@@ -191,7 +196,7 @@ def _register(line: str, key: bytes | None) -> None:
     print(f"registered {len(functions)}", flush=True)
 
 
-def say_exposed(what: str, ports: list[int], err=None) -> None:
+def say_exposed(what: str, ports: list[int], err: TextIO | None = None) -> None:
     """Says on `err` (default stderr), each time servers start, that `what` listens on
     every interface at `ports`: TensorFlow's servers cannot be bound to loopback."""
     listed = ", ".join(str(port) for port in ports)

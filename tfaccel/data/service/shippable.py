@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import sys
 import types
+from collections.abc import Callable, Iterable
+from typing import Any
 
 
-def unshippable(functions) -> list[str]:
+def unshippable(functions: Iterable[Any]) -> list[str]:
     """The readable names of the functions (and those they call) that hold such a module."""
     found: list[str] = []
     seen: set[int] = set()
@@ -34,7 +36,7 @@ def unshippable(functions) -> list[str]:
     return found
 
 
-def failing(functions: dict, round_trip) -> str:
+def failing(functions: dict, round_trip: Callable[[dict], Any]) -> str:
     """The first function (by name) whose own `round_trip({token: function})` raises, and
     why; "" when each passes alone."""
     for token, function in functions.items():
@@ -46,7 +48,7 @@ def failing(functions: dict, round_trip) -> str:
     return ""
 
 
-def _filled(cell) -> bool:
+def _filled(cell: types.CellType) -> bool:
     try:
         cell.cell_contents  # noqa: B018 - an empty cell raises
     except ValueError:

@@ -30,7 +30,7 @@ def chunk_rows(rows: int, workers: int | None) -> int:
     return max(1, min(MAX_CHUNK, rows // (SPLITS_PER_WORKER * max(1, workers or 2))))
 
 
-def chunked(dataset: tf.data.Dataset, workers: int | None):
+def chunked(dataset: tf.data.Dataset, workers: int | None) -> tuple[tf.data.Dataset, int | None]:
     """`dataset` (a `from_tensor_slices` source) as strided chunks, and the chunk size;
     `(dataset, None)` for any other source (its own splits: files, or elements)."""
     rows = graph.sliced_rows(dataset)

@@ -108,6 +108,7 @@ def _from_env(mode: str | None) -> ServiceInfo | None:
         return None
     workers = os.environ.get(ENV_WORKERS, "")
     info = info_of(address, mode)
+    assert info is not None  # an address gives a ServiceInfo or raises
     return dataclasses.replace(info, workers=int(workers) if workers.isdigit() else None)
 
 
@@ -165,7 +166,7 @@ def _share_remote(s, address: str) -> None:
         warnings.warn(note.removeprefix("service: "), stacklevel=4)
 
 
-def offload(s):
+def offload(s: Any) -> Any:
     """Sends the stream built so far to the service's workers (a `stages.Stream`)."""
     info = s.config.service
     if info is None:

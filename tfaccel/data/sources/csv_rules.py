@@ -11,6 +11,7 @@ import codecs
 import csv
 import functools
 import re
+from collections.abc import Sequence
 from typing import NamedTuple
 
 import numpy as np
@@ -100,7 +101,7 @@ _MISSING_INT = -(2**63)
 _DECODE_ERROR = re.compile(r"Field (\d+) in record \d+ is not a valid")
 
 
-def _guess(cells: tuple, codec: str) -> str:
+def _guess(cells: Sequence[bytes], codec: str) -> str:
     """`column_kind` of the cells (bytes), from their characters alone where that is
     enough (C speed); TensorFlow's decoder then confirms the numbers."""
     joined = b"".join(cells)
@@ -124,7 +125,16 @@ class Scan(NamedTuple):
     blanks: dict
 
 
-def fast_scan(path, codec, header, wanted, label, vocabulary, refuse_empty, sample_count):
+def fast_scan(
+    path: str,
+    codec: str,
+    header: list[str],
+    wanted: list[int],
+    label: str,
+    vocabulary: list[str] | None,
+    refuse_empty: bool,
+    sample_count: int,
+) -> Scan | None:
     """A `Scan` whose kinds and empties are what the row-by-row check would find, from
     one `tf.io.decode_csv` over every line (TensorFlow's own rules, C++ speed), or None
     when anything needs the row-by-row check (which then names the line): a cell the
@@ -148,7 +158,7 @@ def fast_scan(path, codec, header, wanted, label, vocabulary, refuse_empty, samp
         rows = [[c.encode(codec) for c in row] for row in sample_rows(path, codec, sample_count)]
         if any(len(row) != width for row in rows):
             return None
-        columns = list(zip(*rows, strict=True))
+        columns: list[Sequence[bytes]] = list(zip(*rows, strict=True))
     else:  # no quotes: a comma always separates cells (decode_csv checks the counts)
         cells = b",".join(lines[:sample_count]).split(b",")
         if len(cells) != width * min(len(lines), sample_count):
@@ -176,18 +186,24 @@ def fast_scan(path, codec, header, wanted, label, vocabulary, refuse_empty, samp
             kinds[wanted.index(column)] = kind
     else:
         return None
+    written: set[bytes] | list[str] | None = vocabulary
     if vocabulary:  # as the file writes them
-        vocabulary = {v.encode("utf-8" if codec == "utf-8-sig" else codec) for v in vocabulary}
-    found = _scan_values(lines, header, wanted, kinds, decoded, label, vocabulary, refuse_empty)
+        written = {v.encode("utf-8" if codec == "utf-8-sig" else codec) for v in vocabulary}
+    found = _scan_values(lines, header, wanted, kinds, decoded, label, written, refuse_empty)
     if found is None:
         return None
     empty, blanks = found
     return Scan(kinds, empty, [decoded[i] for i in wanted], blanks)
 
 
-def blank_value(kind: str):
+def blank_value(kind: str) -> int | float | bytes:
     """What an empty cell of a `kind` column holds in `Scan.values`."""
-    return {"int64": _MISSING_INT, "float32": np.nan, "string": b""}[kind]
+    blanks: dict[str, int | float | bytes] = {
+        "int64": _MISSING_INT,
+        "float32": np.nan,
+        "string": b"",
+    }
+    return blanks[kind]
 
 
 @functools.cache

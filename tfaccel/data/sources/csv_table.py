@@ -120,14 +120,22 @@ def from_csv(
     return attach_source(dataset, info)
 
 
-def check_csv(path, label, select, missing, codec, encoding, vocabulary):
+def check_csv(
+    path: str,
+    label: str,
+    select: list[str] | None,
+    missing: str,
+    codec: str,
+    encoding: str,
+    vocabulary: list[str] | None,
+) -> tuple:
     """`from_csv`'s check of the whole file: `(header, features, wanted column indices,
     kinds, empty numeric cells, csv_rules.Scan or None)`, or ValueError naming the line
     and column at fault. The scan (the decoded file) is None when the row-by-row check ran."""
     with open(path, newline="", encoding=codec) as handle:
         reader = csv.reader(handle)
         try:
-            header = next(reader, None)
+            header = next(reader, [])  # none: `_columns` says the file is empty
             features, wanted = _columns(path, header, label, select)
             head = _take(reader, 1)
             if not head:
@@ -258,7 +266,16 @@ _DEFAULTS = {
 class _RowChecker:
     """Checks each CSV row against the header and the inferred column types."""
 
-    def __init__(self, path, header, label, wanted, kinds, refuse_empty=False, vocabulary=None):
+    def __init__(
+        self,
+        path: str,
+        header: list[str],
+        label: str,
+        wanted: list[int],
+        kinds: list[str],
+        refuse_empty: bool = False,
+        vocabulary: list[str] | None = None,
+    ) -> None:
         self.path, self.header, self.label = path, header, label
         self.vocabulary = vocabulary
         self.columns = list(zip(wanted, kinds, strict=True))

@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import os
 import warnings
+from typing import Any
 
 import numpy as np
 import tensorflow as tf
@@ -30,7 +31,7 @@ def from_image_folder(
     subset: str | None = None,
     seed: int | None = None,
     skip_corrupt: bool = False,
-):
+) -> tuple[tf.data.Dataset | tuple[tf.data.Dataset, tf.data.Dataset], list[str]]:
     """Lists images and decodes + resizes them in a parallel `tf.data` map.
 
     Two layouts:
@@ -109,7 +110,7 @@ def from_image_folder(
         raw = tf.data.Dataset.from_tensor_slices(
             (tf.constant(subset_files, tf.string), tf.constant(subset_targets, tf.int32))
         )
-        details = {"path": path}
+        details: dict[str, Any] = {"path": path}
         if name is not None:
             details.update(subset=name, validation_split=validation_split, seed=seed)
         details.update(
@@ -140,6 +141,7 @@ def from_image_folder(
 
     if validation_split is None:
         return make(list(range(len(files))), None), class_names
+    assert seed is not None  # _check_split: a split needs a seed
     training, validation = _split(len(files), validation_split, seed, path)
     if subset == "training":
         return make(training, "training"), class_names
@@ -237,7 +239,9 @@ def _list_class_folders(path: str) -> tuple[list[str], list[int], list[str]]:
     folders = sorted(d for d in os.listdir(path) if os.path.isdir(os.path.join(path, d)))
     hidden = [d for d in folders if d.startswith(".")]
     class_names = [d for d in folders if not d.startswith(".")]
-    files, targets, empty = [], [], []
+    files: list[str] = []
+    targets: list[int] = []
+    empty: list[str] = []
     for index, name in enumerate(class_names):
         folder = os.path.join(path, name)
         before = len(files)
@@ -288,12 +292,14 @@ def _list_from_csv(path: str, csv_path: str) -> tuple[list[str], list[int], list
             "(two columns at least)."
         )
     entries = [(row[0], row[1]) for row in rows[1:] if row]
-    files, missing = [], []
+    files: list[str] = []
+    missing: list[str] = []
     for name, _ in entries:
         found = _resolve(path, name)
-        files.append(found)
         if found is None:
             missing.append(name)
+        else:
+            files.append(found)
     if missing:
         raise FileNotFoundError(
             f"from_image_folder: {len(missing)} of {len(entries)} file(s) named in "

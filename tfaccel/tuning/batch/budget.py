@@ -55,19 +55,19 @@ def fastest_after(rows: list[ProbeRow], batch: int) -> float | None:
     With one candidate timed, in proportion to the batch (the most it can grow); with
     two, as the last two grew (rate ∝ batch^e, e measured between them, within [0, 1]).
     """
-    ran = [r for r in rows if r.fits and r.examples_per_second]
+    ran = [(r.batch_size, r.examples_per_second) for r in rows if r.fits and r.examples_per_second]
     if not ran:
         return None
-    last = ran[-1]
+    last_batch, last_rate = ran[-1]
     exponent = 1.0
-    earlier = [r for r in ran[:-1] if r.batch_size < last.batch_size]
+    earlier = [(size, rate) for size, rate in ran[:-1] if size < last_batch]
     if earlier:
-        before = earlier[-1]
-        growth = last.examples_per_second / before.examples_per_second
-        exponent = math.log(max(growth, 1.0)) / math.log(last.batch_size / before.batch_size)
+        before_batch, before_rate = earlier[-1]
+        growth = last_rate / before_rate
+        exponent = math.log(max(growth, 1.0)) / math.log(last_batch / before_batch)
         exponent = min(exponent, 1.0)
-    grown = last.examples_per_second * max(1.0, batch / last.batch_size) ** exponent
-    return max(grown, *(r.examples_per_second for r in ran))
+    grown = last_rate * max(1.0, batch / last_batch) ** exponent
+    return max(grown, *(rate for _, rate in ran))
 
 
 class TimeLimit:
@@ -114,11 +114,12 @@ class TimeLimit:
         if limit is None:
             return False
         predicted = 0.0
-        ran = [r for r in rows if r.fits and r.examples_per_second]
+        ran = [(r, r.examples_per_second) for r in rows if r.fits and r.examples_per_second]
         if batch is not None and ran:
-            last = ran[-1]
-            predicted = fixed_seconds(last, steps) + (steps + 1) * batch / last.examples_per_second
+            last, rate = ran[-1]
+            predicted = fixed_seconds(last, steps) + (steps + 1) * batch / rate
             limit = self.seconds(rows, fastest_after(rows, batch))
+            assert limit is not None  # bounded before: more rates only add a bound
         kept = reserve(limit) if reserve is not None else 0.0
         if not self.announced:
             logger.info(
@@ -130,28 +131,36 @@ class TimeLimit:
         return self.elapsed() + predicted + kept >= limit
 
 
-def declined(limit: TimeLimit, rows: list[ProbeRow], batch: int, steps: int, reserve=None) -> str:
+def declined(
+    limit: TimeLimit,
+    rows: list[ProbeRow],
+    batch: int,
+    steps: int,
+    reserve: Callable[[float], float] | None = None,
+) -> str:
     """Why the search stopped at its first reading: what it spent, what a probe of `batch`
     would cost, and from what job size (or `budget_s`) that probe fits."""
-    ran = [r for r in rows if r.fits and r.examples_per_second]
-    last, spent = ran[-1], limit.elapsed()
-    predicted = fixed_seconds(last, steps) + (steps + 1) * batch / last.examples_per_second
+    ran = [(r, r.examples_per_second) for r in rows if r.fits and r.examples_per_second]
+    (last, rate), spent = ran[-1], limit.elapsed()
+    predicted = fixed_seconds(last, steps) + (steps + 1) * batch / rate
     needed = _with_reserve(spent + predicted, reserve)  # the smallest limit it fits in
     text = f"declined at the first reading, after {spent:.2g} s"
     if limit.job_examples is not None:
-        job_s = limit.job_examples / max(r.examples_per_second for r in ran)
+        job_s = limit.job_examples / max(rate for _, rate in ran)
         text += f" ({spent / job_s:.1%} of the job's {job_s:.3g} s)"
     text += f": a probe of batch {batch} would take {predicted:.2g} s more"
     if limit.job_examples is None or (limit.budget_s is not None and limit.budget_s < needed):
         return f"{text}, past budget_s={limit.budget_s:g}; from budget_s={needed:.2g} up it fits"
-    threshold = math.ceil(needed * fastest_after(rows, batch) / PROBE_AIM)
+    fastest = fastest_after(rows, batch)
+    assert fastest is not None  # `ran` is not empty
+    threshold = math.ceil(needed * fastest / PROBE_AIM)
     return (
         f"{text}, past {PROBE_AIM:.1%} of the job; from {threshold:,} examples up, "
         f"a probe of batch {batch} fits"
     )
 
 
-def _with_reserve(seconds: float, reserve) -> float:
+def _with_reserve(seconds: float, reserve: Callable[[float], float] | None) -> float:
     """The least limit L with `seconds + reserve(L) <= L` (the reserve grows at most half
     as fast as the limit: the iteration converges)."""
     limit = seconds

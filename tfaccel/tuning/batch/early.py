@@ -32,7 +32,9 @@ import logging
 import math
 import time
 from collections.abc import Callable
+from typing import Any
 
+import keras
 import tensorflow as tf
 
 from tfaccel.tuning.batch.budget import NOISE_SHARE, PROBE_AIM
@@ -69,7 +71,11 @@ _warm = False  # whether this process has traced a forward pass here already
 
 
 def read_forward(
-    model, x, batch: int, clock: Callable[[], float] = time.perf_counter, training: bool = True
+    model: keras.Model,
+    x: Any,
+    batch: int,
+    clock: Callable[[], float] = time.perf_counter,
+    training: bool = True,
 ) -> ForwardReading:
     """Traces `model`'s forward pass on `x` (one batch) and times three calls of it.
 
@@ -122,7 +128,13 @@ def warmup_s(reading: ForwardReading, warmup_examples: int, limit_s: float) -> f
 
 
 def project(
-    reading: ForwardReading, spent: float, job_examples, steps, examples, warmup, confirm=True
+    reading: ForwardReading,
+    spent: float,
+    job_examples: int | None,
+    steps: int,
+    examples: int | None,
+    warmup: int | None,
+    confirm: bool = True,
 ) -> str | None:
     """Why the search declines at its forward reading (None: the first candidate runs).
 
@@ -132,7 +144,7 @@ def project(
     rate, noise = reading.examples_per_second, warmup is not None
     job_s = job_examples / rate
     least = least_search_s(reading, steps, examples, noise, confirm)
-    least += warmup_s(reading, warmup, PROBE_AIM * job_s) if noise else 0.0
+    least += warmup_s(reading, warmup, PROBE_AIM * job_s) if warmup is not None else 0.0
     if spent + least <= PROBE_AIM * job_s:
         return None
     threshold = _threshold(reading, spent, steps, examples, warmup, confirm)

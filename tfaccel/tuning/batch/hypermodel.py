@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import keras
 import keras_tuner
@@ -20,6 +21,7 @@ import tensorflow as tf
 from tfaccel.callbacks import Throughput
 from tfaccel.callbacks._steps import StepClock, wait_for
 from tfaccel.tuning.batch import inputs
+from tfaccel.tuning.batch.report import BatchSizeReport
 from tfaccel.tuning.batch.search import find_batch_size
 from tfaccel.tuning.oom import describe_out_of_memory, is_out_of_memory, release_memory
 from tfaccel.tuning.scaling import check_lr_scaling, resolve_lr_scaling, scaled_learning_rate
@@ -34,25 +36,25 @@ class _TuningLogs(keras.callbacks.Callback):
     is the whole epoch's rate instead, so an objective never sees a missing value.
     """
 
-    def __init__(self, batch_size: int):
+    def __init__(self, batch_size: int) -> None:
         super().__init__()
         self.batch_size = batch_size
 
-    def on_train_begin(self, logs=None):
+    def on_train_begin(self, logs: dict | None = None) -> None:
         self._clock = StepClock()
 
-    def on_epoch_begin(self, epoch, logs=None):
+    def on_epoch_begin(self, epoch: int, logs: dict | None = None) -> None:
         self._clock.start_epoch()
         self._steps = 0
         self._start = time.perf_counter()
-        self._end = None
+        self._end: float | None = None
 
-    def on_train_batch_end(self, batch, logs=None):
+    def on_train_batch_end(self, batch: int, logs: dict | None = None) -> None:
         wait_for(logs)
         self._end = time.perf_counter()
         self._steps += self._clock.advance(batch, logs, self.params)
 
-    def on_epoch_end(self, epoch, logs=None):
+    def on_epoch_end(self, epoch: int, logs: dict | None = None) -> None:
         if logs is None:
             return
         rate = logs.get("examples_per_second")
@@ -104,19 +106,19 @@ class BatchSizeHyperModel(keras_tuner.HyperModel):
     def __init__(
         self,
         build_model: Callable,
-        batch_sizes="auto",
+        batch_sizes: Sequence[int] | str = "auto",
         base_batch_size: int = 32,
         base_learning_rate: float | None = None,
         lr_scaling: str | None = "auto",
         tune_learning_rate: bool = False,
         trainer: bool = False,
         *,
-        loss=None,
-        optimizer="adam",
-        metrics=(),
+        loss: Any = None,
+        optimizer: Any = "adam",
+        metrics: Sequence = (),
         probe_kwargs: dict | None = None,
-        **kwargs,
-    ):
+        **kwargs: Any,
+    ) -> None:
         super().__init__(**kwargs)
         if not callable(build_model):
             raise TypeError(
@@ -151,9 +153,9 @@ class BatchSizeHyperModel(keras_tuner.HyperModel):
         self.optimizer = optimizer
         self.metrics = list(metrics or [])
         self.probe_kwargs = dict(probe_kwargs or {})
-        self.probe_report = None
+        self.probe_report: BatchSizeReport | None = None
 
-    def learning_rate(self, batch_size: int, optimizer=None) -> float:
+    def learning_rate(self, batch_size: int, optimizer: Any = None) -> float:
         """The scaled learning rate for `batch_size` (before any tuned factor).
 
         `optimizer` (the trial model's) gives the base rate when `base_learning_rate` is
@@ -170,7 +172,7 @@ class BatchSizeHyperModel(keras_tuner.HyperModel):
             lr_scaling=resolve_lr_scaling(self.lr_scaling, optimizer),
         )
 
-    def build(self, hp) -> keras.Model:
+    def build(self, hp: keras_tuner.HyperParameters) -> keras.Model:
         # keras-tuner clears the session and collects garbage before each build.
         model = self.build_model(hp)
         if not isinstance(model, keras.Model):
@@ -218,7 +220,16 @@ class BatchSizeHyperModel(keras_tuner.HyperModel):
         sizes = [2**k for k in range(4, int(math.log2(largest)) + 1)]
         return sizes or [2 ** int(math.log2(largest))]
 
-    def fit(self, hp, model, x=None, *args, y=None, validation_data=None, **kwargs):
+    def fit(
+        self,
+        hp: keras_tuner.HyperParameters,
+        model: keras.Model,
+        x: Any = None,
+        *args: Any,
+        y: Any = None,
+        validation_data: Any = None,
+        **kwargs: Any,
+    ) -> keras.callbacks.History:
         """Trains one trial at the chosen batch size; returns its `keras.callbacks.History`.
 
         Args:
@@ -282,7 +293,7 @@ class BatchSizeHyperModel(keras_tuner.HyperModel):
             if not is_out_of_memory(error):
                 raise
             failure = describe_out_of_memory(error)
-        model = train = val = callbacks = throughput = None
+        del model, train, val, callbacks, throughput  # the trial's memory, released below
         release_memory()
         raise keras_tuner.errors.FailedTrialError(
             f"batch_size={batch_size} ran out of memory ({failure}); trial skipped, the "

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import tensorflow as tf
 
@@ -16,7 +18,7 @@ def _batched_by(dataset: tf.data.Dataset) -> int | None:
     return graph.batched_by(dataset)
 
 
-def to_unbatched_dataset(data, y=None, *, what: str = "data") -> tf.data.Dataset:
+def to_unbatched_dataset(data: Any, y: Any = None, *, what: str = "data") -> tf.data.Dataset:
     """An unbatched `tf.data.Dataset` of `(x, y)` (or `(x, y, sample_weight)`) examples.
 
     Args:

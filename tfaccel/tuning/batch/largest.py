@@ -3,18 +3,21 @@
 from __future__ import annotations
 
 import warnings
+from collections.abc import Callable
+from typing import Any
 
+import keras
 import tensorflow as tf
 
 from tfaccel.tuning.batch.search import find_batch_size
 
 
 def largest_batch_size(
-    build_model,
-    data,
+    build_model: Callable[[], keras.Model],
+    data: Any,
     *,
-    loss,
-    optimizer="sgd",
+    loss: Any,
+    optimizer: Any = "sgd",
     strategy: tf.distribute.Strategy | None = None,
     start: int = 8,
     limit: int | None = None,

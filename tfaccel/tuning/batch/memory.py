@@ -62,9 +62,9 @@ class MemoryMeter:
         """GPU: the smallest watched device's memory; CPU: half the available host memory."""
         if self.on_gpu:
             sizes = [_device_memory_mb(name) for name in self.devices]
-            sizes = [s for s in sizes if s]
-            if sizes:
-                return float(min(sizes))
+            known = [s for s in sizes if s]
+            if known:
+                return float(min(known))
         return psutil.virtual_memory().available / MB / 2.0
 
     def start(self) -> None:

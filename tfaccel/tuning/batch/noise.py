@@ -27,6 +27,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import statistics
+from typing import Any
 
 import keras
 import tensorflow as tf
@@ -137,7 +138,7 @@ def relative_error(small: int, big: int, small_norms: list, big_norms: list) -> 
 def gradient_noise_scale(
     model: keras.Model,
     data: tf.data.Dataset,
-    loss,
+    loss: Any,
     *,
     small: int = 8,
     big: int = 256,
@@ -194,7 +195,7 @@ def gradient_noise_scale(
         return adopt(iter(shuffled.repeat().batch(size, drop_remainder=True)))
 
     small_iter, big_iter = draws(small, 0), draws(big, 1)
-    norms = {small: [], big: []}
+    norms: dict[int, list[float]] = {small: [], big: []}
     for round_ in range(1, batches + 1):
         norms[big].append(float(squared_norm(*next(big_iter))))
         while len(norms[small]) < small_count * round_ // batches:

@@ -34,6 +34,7 @@ import dataclasses
 import logging
 import math
 import statistics
+from typing import Any
 
 import tensorflow as tf
 
@@ -105,7 +106,7 @@ def _warmup_plan(search, knee: int, warmup: int | None) -> tuple[int, int, float
     return warm_batch, warmup, rate_at(search.rows, warm_batch) or 0.0
 
 
-def reserve(search, batch: int, limit: float) -> float:
+def reserve(search: Any, batch: int, limit: float) -> float:
     """Seconds to keep for the noise scale should `batch` be the largest and the knee.
 
     The estimate's predicted cost, plus its warm-up's up to `NOISE_SHARE` of `limit` —
@@ -125,7 +126,9 @@ def reserve(search, batch: int, limit: float) -> float:
     return seconds + warm_seconds
 
 
-def measure(search, limit: TimeLimit, largest: int, knee: int, warmup: int | None) -> NoiseStep:
+def measure(
+    search: Any, limit: TimeLimit, largest: int, knee: int, warmup: int | None
+) -> NoiseStep:
     """Warms the last probe's model up and estimates B_simple, within what `limit` leaves."""
     rows, examples = search.rows, search.examples
     # The estimate runs on one device, outside the strategy: a replica's share at most.

@@ -10,6 +10,7 @@ import logging
 import statistics
 import time
 from collections.abc import Callable
+from typing import Any
 
 import keras
 import tensorflow as tf
@@ -17,6 +18,7 @@ import tensorflow as tf
 from tfaccel.callbacks._steps import wait_for
 from tfaccel.errors import NoBatchSizeFitsError
 from tfaccel.tuning.batch import budget, early, inputs, noise_probe
+from tfaccel.tuning.batch.budget import TimeLimit
 from tfaccel.tuning.batch.memory import MemoryMeter, predict_mb
 from tfaccel.tuning.batch.report import ProbeRow, knee_batch_size
 from tfaccel.tuning.oom import (
@@ -40,7 +42,7 @@ class ProbeTimer(keras.callbacks.Callback):
         self.clock, self.meter = clock, meter
         self.times: list[float] = []
 
-    def on_train_batch_end(self, batch, logs=None):
+    def on_train_batch_end(self, batch: int, logs: dict | None = None) -> None:
         wait_for(logs)
         self.times.append(self.clock())
         self.meter.sample()
@@ -49,13 +51,13 @@ class ProbeTimer(keras.callbacks.Callback):
         return [b - a for a, b in zip(self.times[:-1], self.times[1:], strict=True)]
 
 
-def check_int(name: str, value, least: int) -> int:
+def check_int(name: str, value: Any, least: int) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or value < least:
         raise ValueError(f"{name} must be an integer >= {least}, got {value!r}.")
     return value
 
 
-def resolve_optimizer(optimizer):
+def resolve_optimizer(optimizer: Any) -> Callable[[], keras.optimizers.Optimizer]:
     """A fresh optimizer per probe: names and callables as they are, instances cloned."""
     if isinstance(optimizer, keras.optimizers.Optimizer):
         config = optimizer.get_config()
@@ -72,8 +74,18 @@ def resolve_optimizer(optimizer):
 
 class Search:
     def __init__(
-        self, build_model, data, loss, optimizer, strategy, steps, meter, budget, clock, time_limit
-    ):
+        self,
+        build_model: Callable[[], keras.Model],
+        data: tf.data.Dataset,
+        loss: Any,
+        optimizer: Any,
+        strategy: tf.distribute.Strategy,
+        steps: int,
+        meter: MemoryMeter,
+        budget: float | None,
+        clock: Callable[[], float],
+        time_limit: TimeLimit,
+    ) -> None:
         self.build_model = build_model
         self.data = data
         self.loss = loss
@@ -87,7 +99,8 @@ class Search:
         self.rows: list[ProbeRow] = []
         self.examples = inputs.count_examples(data)  # None: counted when a batch needs it
         self.time_limit = time_limit
-        self.noise_asked, self.noise_warmup = False, None  # set by find_batch_size
+        self.noise_asked = False  # set by find_batch_size
+        self.noise_warmup: int | None = None  # set by find_batch_size
         self.confirm = True  # set by find_batch_size: the knee and the first timed twice
         self.min_steps_per_epoch: int | None = None  # set by find_batch_size: caps candidates
         # One model for every candidate while they fit (built again after a failure): a
@@ -167,8 +180,12 @@ class Search:
         logger.info("find_batch_size: %s", why)
         return True
 
-    def _fitted(self) -> list[tuple[int, float]]:
-        return [(r.batch_size, r.peak_memory_mb) for r in self.rows if r.fits]
+    def _fitted(self) -> list[tuple[int, float]]:  # every row that ran to the end was measured
+        return [
+            (r.batch_size, r.peak_memory_mb)
+            for r in self.rows
+            if r.fits and r.peak_memory_mb is not None
+        ]
 
     def _build(self) -> keras.Model:
         with self.strategy.scope():
@@ -195,6 +212,7 @@ class Search:
             .prefetch(tf.data.AUTOTUNE)
         )
         timer = ProbeTimer(self.clock, self.meter)
+        assert self.last_model is not None  # probe() builds it before timing
         self.last_model.fit(
             data,
             epochs=1,
@@ -215,18 +233,18 @@ class Search:
         found again from them. Skipped when the time limit (and the noise scale's
         reserve) leaves too little for the two probes.
         """
-        timed = [r for r in self.rows if r.fits and r.examples_per_second]
+        timed = [(r, r.examples_per_second) for r in self.rows if r.fits and r.examples_per_second]
         best = knee_batch_size(self.rows, knee)
-        if not timed or self.last_model is None or best in (None, timed[0].batch_size):
+        if not timed or self.last_model is None or best in (None, timed[0][0].batch_size):
             return
-        pair = [next(r for r in timed if r.batch_size == best), timed[0]]
-        cost = sum((self.steps + 1) * r.batch_size / r.examples_per_second for r in pair)
+        pair = [next(t for t in timed if t[0].batch_size == best), timed[0]]
+        cost = sum((self.steps + 1) * r.batch_size / rate for r, rate in pair)
         left = self.time_limit.left(self.rows)
         if left is not None:
             reserve = noise_probe.reserve(self, best, left) if self.noise_asked else 0.0
             if cost + reserve > left:
                 return
-        for row in pair:
+        for row, rate in pair:
             try:
                 again = self.time_steps(row.batch_size)
             except Exception as error:  # noqa: BLE001 - only out-of-memory is caught
@@ -235,7 +253,7 @@ class Search:
                 return  # the first reading stands (a probe that fit once may not again)
             if again is None:
                 continue
-            mean = (row.examples_per_second + again) / 2
+            mean = (rate + again) / 2
             index = self.rows.index(row)
             self.rows[index] = dataclasses.replace(row, examples_per_second=mean)
             logger.info("batch %d: timed again at %.1f examples/s", row.batch_size, again)
@@ -243,7 +261,7 @@ class Search:
     def probe(self, batch_size: int) -> ProbeRow:
         """Runs one candidate (or predicts it over budget) and records its row."""
         predicted = predict_mb(self._fitted(), batch_size) if self.predict else None
-        if predicted is not None and predicted > self.budget:
+        if predicted is not None and self.budget is not None and predicted > self.budget:
             row = ProbeRow(batch_size, False, None, None, "budget", predicted)
             self.rows.append(row)
             logger.info("batch %d: predicted %.0f MiB > budget, not run", batch_size, predicted)
@@ -282,13 +300,17 @@ class Search:
         return row
 
 
-def explore(search: Search, start, limit, mode, step: int, replicas: int) -> int:
+def explore(
+    search: Search, start: int, limit: int | None, mode: str, step: int, replicas: int
+) -> int:
     """Runs the candidates in order; returns the largest batch that fits."""
 
     def round_up(b: int) -> int:
         return -(-b // replicas) * replicas
 
-    largest, failed, capped = None, None, None
+    largest: int | None = None
+    failed: int | None = None
+    capped: int | None = None
     batch = round_up(start)
     while True:
         if limit is not None and batch > limit:
@@ -300,6 +322,7 @@ def explore(search: Search, start, limit, mode, step: int, replicas: int) -> int
             search.note_declined(batch)
             break
         if not search.has_examples(batch):
+            assert search.examples is not None  # has_examples counted them
             fewer = search.examples // replicas * replicas
             if largest is None and fewer >= replicas:  # start above the data: start at it
                 batch = fewer
@@ -330,7 +353,10 @@ def explore(search: Search, start, limit, mode, step: int, replicas: int) -> int
         largest = batch
         batch = round_up(batch * 2)
     if largest is None:  # the first candidate did not fit: 1/2, 1/4, ... of it (shared retry)
-        first_failed = failed
+        if (first_failed := failed) is None:  # none ran: the first, rounded, was past limit
+            raise TypeError(
+                f"No candidate: start rounded to the replicas ({round_up(start)}) > limit={limit}."
+            )
 
         def attempt(k: int) -> bool:
             nonlocal failed
@@ -354,21 +380,30 @@ def explore(search: Search, start, limit, mode, step: int, replicas: int) -> int
             )
     timed_out = search.rows[-1].reason == "time"
     if mode == "binsearch" and not timed_out:
-        upper = failed if failed is not None else capped + 1
-        while True:
-            first = (largest // step + 1) * step
-            candidates = list(range(first, upper, step))
-            if not candidates:
-                break
-            middle = candidates[(len(candidates) - 1) // 2]
-            if search.spent(middle):
-                break
-            if search.probe(middle).fits:
-                largest = middle
-            else:
-                upper = middle
-
+        if failed is not None:
+            upper = failed
+        else:  # the loop stopped at a cap (limit, data, steps per epoch)
+            assert capped is not None
+            upper = capped + 1
+        largest = _bisect(search, largest, upper, step)
     return largest
+
+
+def _bisect(search: Search, largest: int, upper: int, step: int) -> int:
+    """The largest multiple of `step` that fits between `largest` (fits) and `upper` (does
+    not, or the cap + 1), by bisection while the time limit allows."""
+    while True:
+        first = (largest // step + 1) * step
+        candidates = list(range(first, upper, step))
+        if not candidates:
+            return largest
+        middle = candidates[(len(candidates) - 1) // 2]
+        if search.spent(middle):
+            return largest
+        if search.probe(middle).fits:
+            largest = middle
+        else:
+            upper = middle
 
 
 def strategy_gpus(strategy: tf.distribute.Strategy, gpus: list[str]) -> list[str]:

@@ -11,6 +11,7 @@ Example:
 from __future__ import annotations
 
 import dataclasses
+from typing import Any
 
 from tfaccel.methods.schedules import OneCycle
 from tfaccel.tuning.batch.report import BatchSizeReport
@@ -56,7 +57,7 @@ def recommend(
     *,
     batch_size: int,
     learning_rate: float,
-    optimizer,
+    optimizer: Any,
     lr_scaling: str | None = "auto",
     replicas: int = 1,
 ) -> Recommendation:
@@ -128,7 +129,7 @@ def before_probing(
     *,
     batch_size: int,
     learning_rate: float,
-    optimizer,
+    optimizer: Any,
     examples: int,
     min_steps_per_epoch: int = 20,
     lr_scaling: str | None = "auto",

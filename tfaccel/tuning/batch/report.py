@@ -69,11 +69,15 @@ class ProbeRow:
 
 def knee_batch_size(rows: list[ProbeRow], knee: float) -> int | None:
     """The smallest fitting batch whose examples/s is within `knee` of the highest."""
-    timed = [r for r in rows if r.fits and r.examples_per_second is not None]
+    timed = [
+        (r.batch_size, r.examples_per_second)
+        for r in rows
+        if r.fits and r.examples_per_second is not None
+    ]
     if not timed:
         return None
-    peak = max(r.examples_per_second for r in timed)
-    return min(r.batch_size for r in timed if r.examples_per_second >= (1.0 - knee) * peak)
+    peak = max(rate for _, rate in timed)
+    return min(size for size, rate in timed if rate >= (1.0 - knee) * peak)
 
 
 @dataclasses.dataclass
@@ -269,18 +273,23 @@ class BatchSizeReport:
                 "`pip install matplotlib` (or tfaccel's `recipes` extra)."
             ) from error
         timed = sorted(
-            (r for r in self.rows if r.fits and r.examples_per_second is not None),
-            key=lambda r: r.batch_size,
+            (
+                (r.batch_size, r.examples_per_second)
+                for r in self.rows
+                if r.fits and r.examples_per_second is not None
+            ),
+            key=lambda pair: pair[0],
         )
         measured = sorted(
-            (r for r in self.rows if r.peak_memory_mb is not None), key=lambda r: r.batch_size
+            ((r.batch_size, r.peak_memory_mb) for r in self.rows if r.peak_memory_mb is not None),
+            key=lambda pair: pair[0],
         )
         figure = Figure(figsize=(7, 4), dpi=100)
         FigureCanvasAgg(figure)
         speed = figure.add_subplot(1, 1, 1)
         speed.plot(
-            [r.batch_size for r in timed],
-            [r.examples_per_second for r in timed],
+            [size for size, _ in timed],
+            [rate for _, rate in timed],
             "o-",
             color="tab:blue",
             label="examples/s",
@@ -301,8 +310,8 @@ class BatchSizeReport:
         speed.axvline(self.max_batch_size, color="tab:red", linestyle=":", label="largest fit")
         memory = speed.twinx()
         memory.plot(
-            [r.batch_size for r in measured],
-            [r.peak_memory_mb for r in measured],
+            [size for size, _ in measured],
+            [peak for _, peak in measured],
             "s-",
             color="tab:orange",
             label=f"peak {self.memory_kind} MiB",

@@ -14,6 +14,7 @@ import logging
 import math
 import time
 from collections.abc import Callable
+from typing import Any
 
 import keras
 import tensorflow as tf
@@ -34,10 +35,10 @@ MODES = ("power", "binsearch")
 
 def find_batch_size(
     build_model: Callable[[], keras.Model],
-    data,
+    data: Any,
     *,
-    loss,
-    optimizer="sgd",
+    loss: Any,
+    optimizer: Any = "sgd",
     strategy: tf.distribute.Strategy | None = None,
     start: int = 8,
     limit: int | None = None,

@@ -35,7 +35,7 @@ def soonest_batch(rows: list[ProbeRow], best: int, b_simple: float, knee: float)
     if not b_simple > 0:
         raise ValueError(f"b_simple must be > 0, got {b_simple!r}.")
     timed = {r.batch_size: r.examples_per_second for r in rows if r.fits and r.examples_per_second}
-    rates = {b: rate for b, rate in timed.items() if b <= best}
+    rates: dict[int, float | None] = {b: rate for b, rate in timed.items() if b <= best}
     if best not in rates:
         rates[best] = _interpolated(timed, best) or rate_at(rows, best)
     times = {b: relative_time(b, rate, b_simple) for b, rate in rates.items() if rate}
