@@ -38,6 +38,7 @@ run: $(RUN_STAMP)
 lint: $(TEST_STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	$(BIN)/mypy
 
 # The tests run on TEST_WORKERS processes (pytest-xdist, each file in one; 0: one process,
 # no xdist). Tests marked `alone` time real jobs to name their limit, so they run after
