@@ -31,10 +31,17 @@ import tempfile
 import threading
 import time
 import uuid
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, TextIO
 
 from tfaccel.data.service import sealed
 from tfaccel.errors import ServiceError
 from tfaccel.files.trusted import Untrusted, read_trusted
+
+if TYPE_CHECKING:
+    import tensorflow as tf
+
+    from tfaccel.data.service.local import LocalService
 
 ANSWER_S = 90.0
 """How long a training process waits for the relay's answer."""
@@ -67,7 +74,9 @@ class Relay(threading.Thread):
         answered: how many requests it answered.
     """
 
-    def __init__(self, service, directory: str, poll_s: float = 0.05, err=None):
+    def __init__(
+        self, service: LocalService, directory: str, poll_s: float = 0.05, err: TextIO | None = None
+    ) -> None:
         super().__init__(name="tfaccel-data-service-relay", daemon=True)
         self.service = service
         self.directory = directory
@@ -142,7 +151,7 @@ def _read_trusted(path: str) -> str:
 
 
 @contextlib.contextmanager
-def relay_for(service, err=None):
+def relay_for(service: LocalService, err: TextIO | None = None) -> Iterator[str]:
     """A private directory relayed to `service`'s workers for the block; yields its path
     (removed, and the relay stopped, at the end). Refusals are said on `err`."""
     directory = tempfile.mkdtemp(prefix="tfaccel-functions-")  # mode 0700
@@ -207,7 +216,7 @@ def request(
     return int(answer.split()[1])
 
 
-def share_launched(dataset, address: str) -> int | None:
+def share_launched(dataset: tf.data.Dataset, address: str) -> int | None:
     """Sends `dataset`'s Python functions to the workers of the service at `address`
     through the launcher's relay, when `address` is the service `tfaccel launch
     --data-workers` started; returns how many (0: none to send), or None when there is
