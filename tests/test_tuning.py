@@ -454,7 +454,11 @@ def test_cli_errors_for_a_missing_recipe_or_one_without_the_flag(tmp_path, capsy
     assert cli.main(["tune-batch-size", str(plain)]) == 2
     assert "has no --tune-batch-size option" in capsys.readouterr().err
     failing = tmp_path / "failing.py"
-    failing.write_text("import sys\n# --tune-batch-size\nsys.exit(3)\n")
+    failing.write_text(  # takes the flag in its code (a comment would not do: test_audit3_tools)
+        "import argparse, sys\n"
+        "argparse.ArgumentParser().add_argument('--tune-batch-size', action='store_true')\n"
+        "sys.exit(3)\n"
+    )
     assert cli.main(["tune-batch-size", str(failing)]) == 3  # the recipe's exit status
 
 
