@@ -23,8 +23,11 @@ Example:
 
 from __future__ import annotations
 
+import warnings
+
 import tensorflow as tf
 
+from tfaccel.callbacks._steps import user_stacklevel
 from tfaccel.data import iterators
 from tfaccel.methods.averaging import EMA
 from tfaccel.methods.base import Job, Method, Plan, optimizer_object
@@ -250,6 +253,9 @@ def plan_for(methods, job: Job, *, kind: str | None = None, seed: int | None = N
 
     With "fast", a method whose check fails is dropped with its reason; a method the
     user named raises.
+
+    Warns:
+        UserWarning: for each method or schedule left out (the plan's `dropped`), why.
     """
     fast = methods == "fast"
     kind = kind or kind_of(job.element_spec)
@@ -270,6 +276,8 @@ def plan_for(methods, job: Job, *, kind: str | None = None, seed: int | None = N
         plan.methods.append(method)
     for finish in plan.finishers:
         finish(plan)
+    for name, why in plan.dropped:  # the settings table says it too, at INFO when verbose=0
+        warnings.warn(f"tfaccel.methods: {name} dropped: {why}", stacklevel=user_stacklevel())
     return plan
 
 
