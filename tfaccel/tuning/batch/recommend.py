@@ -43,13 +43,11 @@ class Recommendation:
     methods: tuple = ()
 
 
-# On the CIFAR-shaped CNN (benchmarks/batch_size_seeds.py, 3 seeds, to batch 32's final
-# accuracy) the tuner's batch 64 at the square-root rate took 1.12x batch 32's time; with
-# one-cycle peaking at 3x that rate, sized to batch 64's fewer steps, 0.62x (every seed
-# faster), where the same cycle at batch 32 took 0.80x: the larger batch pays once the
-# schedule is sized to its steps.
 CYCLE_SCALE = 3.0
-"""The one-cycle peak a grown batch's recommendation trains with, × its scaled rate."""
+"""The one-cycle peak a grown batch's recommendation trains with, × its scaled rate: a
+larger batch pays once the schedule is sized to its steps (set by
+`benchmarks/batch_size_seeds.py`, results `benchmarks/results/batch_size_seeds.cycle.json`;
+the figures in docs/how-to/batch-size.md)."""
 
 
 def recommend(
