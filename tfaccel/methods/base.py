@@ -46,8 +46,8 @@ class Job:
         epochs: epochs of the job.
         steps_per_epoch: optimizer steps per epoch.
         batch_size: the global batch (None when unknown).
-        total: the job's optimizer steps when not `epochs * steps_per_epoch` (a
-            progressive batch makes fewer, larger steps).
+        epoch_steps: each epoch's optimizer steps when they differ (a progressive batch
+            makes fewer, larger steps); None: `steps_per_epoch` each.
         batch_fixed: the job keeps one batch throughout (the Trainer's).
     """
 
@@ -58,13 +58,19 @@ class Job:
     epochs: int
     steps_per_epoch: int
     batch_size: int | None = None
-    total: int | None = None
+    epoch_steps: tuple[int, ...] | None = None
     batch_fixed: bool = False
 
     @property
     def total_steps(self) -> int:
-        """Optimizer steps of the whole job: `total`, or `epochs * steps_per_epoch`."""
-        return self.total or self.epochs * self.steps_per_epoch
+        """Optimizer steps of the whole job."""
+        return self.steps_before(self.epochs)
+
+    def steps_before(self, epoch: int) -> int:
+        """Optimizer steps of the epochs before `epoch` (0-based)."""
+        if self.epoch_steps is None:
+            return epoch * self.steps_per_epoch
+        return sum(self.epoch_steps[:epoch])
 
     @property
     def feature_spec(self):
@@ -92,7 +98,9 @@ class Plan:
         callbacks: callbacks to add to `fit`.
         maps: the batch maps the dataset gets (`transform` applies them).
         methods: the methods applied, in order.
-        dropped: `(method name, why)` for methods left out by the composition rules.
+        dropped: `(name, why)` for what was left out: a method by the composition rules
+            or its check (with "fast"), the optimizer's own schedule replaced by one of
+            the methods; each is warned (`plan_for`).
         chosen: why these methods, for `methods="fast"` (None when the user listed them).
         one_hot: whether sparse labels are turned into one-hot targets.
         smoothing: the label smoothing of the categorical loss.
@@ -222,8 +230,18 @@ def rebuilt(optimizer, **changes):
             "averaging before the first step. Pass a fresh optimizer."
         )
     config = optimizer.get_config()
+    schedule = schedule_of(optimizer)
+    if schedule is not None:  # itself, not a copy: its variables are the ones its callback sets
+        config["learning_rate"] = schedule
     config.update(changes)
     return type(optimizer).from_config(config)
+
+
+def schedule_of(optimizer):
+    """The learning-rate schedule object `optimizer` holds (through loss scaling), or None."""
+    inner = getattr(optimizer, "inner_optimizer", optimizer)
+    rate = getattr(inner, "_learning_rate", None)  # where Keras keeps it
+    return rate if isinstance(rate, keras.optimizers.schedules.LearningRateSchedule) else None
 
 
 def learning_rate_of(optimizer) -> float:

@@ -12,7 +12,10 @@ room, each larger stage also runs faster per example (fewer, larger steps).
 The data are regrouped, not re-read: each epoch's batches of the start size are unbatched
 and batched again at the stage's size (the same examples, in the same shuffled order).
 The stage is a function of the epoch (a resumed `model.fit` regroups alike). Schedules
-(`OneCycle`, `WarmupCosine`) are sized to the steps the stages make, and the learning
+(`OneCycle`, `WarmupCosine`) are sized to the steps the stages make (each stage's partial
+last batch counted) and follow the epoch's position: `model.fit` counts one optimizer
+step more at the end of each epoch of unknown length (its last call finds no batch, yet
+the step counter moves), which the cycle does not see. The learning
 rate (constant or scheduled) is multiplied by `growth ** rate_power` in each stage: the
 square-root rule adaptive optimizers (Adam) follow when the batch grows (`rate_power=1`
 for SGD's linear rule, 0 to leave the rate alone).
@@ -31,7 +34,7 @@ import warnings
 import keras
 import tensorflow as tf
 
-from tfaccel.methods.base import Job, Method, Plan, staged
+from tfaccel.methods.base import Job, Method, Plan, schedule_of, staged
 
 MAX_GROWTH = 64  # the final batch is at most this many times the start
 
@@ -210,12 +213,14 @@ class ProgressiveBatch(Method):
                     f"{job.batch_size}: it only grows the batch."
                 )
 
-    def steps(self, job: Job, factors: tuple[int, ...], callback: SetBatchGrowth) -> int:
-        """The optimizer steps of the whole job with the stages' batches."""
-        examples = job.steps_per_epoch * job.batch_size
-        return sum(
-            math.ceil(examples / (job.batch_size * callback.factor_at(e)))
-            for e in range(job.epochs)
+    def epoch_steps(self, job: Job, callback: SetBatchGrowth) -> tuple[int, ...]:
+        """Each epoch's optimizer steps with its stage's batch: `ceil(steps / growth)`.
+
+        Exact with a partial last batch too: n examples make `s = ceil(n / b)` batches of
+        b, and `ceil(n / (g b)) = ceil(s / g)` for any n in ((s - 1) b, s b].
+        """
+        return tuple(
+            math.ceil(job.steps_per_epoch / callback.factor_at(e)) for e in range(job.epochs)
         )
 
     def apply(self, plan: Plan) -> None:
@@ -225,7 +230,7 @@ class ProgressiveBatch(Method):
             variable = tf.Variable(1, dtype=tf.int64, trainable=False, name="batch_growth")
         self.callback = SetBatchGrowth(variable, self.factors, job.epochs, self.until)
         plan.callbacks.append(self.callback)
-        plan.job = dataclasses.replace(job, total=self.steps(job, self.factors, self.callback))
+        plan.job = dataclasses.replace(job, epoch_steps=self.epoch_steps(job, self.callback))
         size = tf.constant(job.batch_size, tf.int64)
 
         def regroup(dataset: tf.data.Dataset) -> tf.data.Dataset:
@@ -244,7 +249,5 @@ class ProgressiveBatch(Method):
 
     def _scale_rate(self, plan: Plan, variable: tf.Variable) -> None:
         """After every method: the optimizer's rate times growth ** rate_power."""
-        rate = plan.optimizer.get_config()["learning_rate"]
-        if isinstance(rate, dict):
-            rate = keras.optimizers.schedules.deserialize(rate)
+        rate = schedule_of(plan.optimizer) or plan.optimizer.get_config()["learning_rate"]
         plan.rebuild_optimizer(learning_rate=ScaledByGrowth(rate, self.rate_power, variable))

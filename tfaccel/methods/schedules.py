@@ -1,9 +1,7 @@
 """Learning-rate schedules sized to the job: one-cycle and warmup-then-cosine.
 
-Both are Keras' `keras.optimizers.schedules.CosineDecay` with a linear warmup, sized
-to the job's steps (`epochs * steps_per_epoch`) and its batch; the schedule reads the
-optimizer's `iterations`, so a resumed run (whose optimizer is restored) is at the same
-point of it.
+Both are Keras' `CosineDecay` with a linear warmup (`Cycle`), sized to the job's steps
+(`epochs * steps_per_epoch`, or the progressive batch's count) and its batch.
 
 - `WarmupCosine(peak, warmup=0.05)`: 0 → peak linearly over the first 5 % of the steps,
   then a cosine down to `final * peak` at the last step.
@@ -13,15 +11,24 @@ point of it.
 The peak defaults to the optimizer's learning rate × `sqrt(batch / 32)` × `scale`
 (`scale` 3 for one-cycle, 1 for warmup-cosine): the square-root rule adaptive
 optimizers follow when the batch grows.
+
+Each `fit` gets a cycle of its own (`FitClock`): the cycle's position is the fit's epoch
+and step, read against the optimizer's `iterations` (checkpointed with it). A resumed run
+continues its cycle; a later `fit` of the same model starts a new one sized to its own
+steps; a step Keras counts past the end of an epoch of unknown length moves nothing.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
+import warnings
 
 import keras
+import tensorflow as tf
 
-from tfaccel.methods.base import Job, Method, Plan, learning_rate_of
+from tfaccel.callbacks._steps import user_stacklevel
+from tfaccel.methods.base import Job, Method, Plan, learning_rate_of, schedule_of
 
 REFERENCE_BATCH = 32
 
@@ -32,10 +39,86 @@ def _check_fraction(value, name: str) -> float:
     return float(value)
 
 
+@keras.saving.register_keras_serializable("tfaccel")
+class Cycle(keras.optimizers.schedules.LearningRateSchedule):
+    """Keras' `CosineDecay` with warmup, its steps counted from `start`: `initial` up to
+    `peak` linearly over `warmup` steps, then a cosine down to `alpha * peak` over `decay`
+    steps, held there after.
+
+    The sizes and `start` are variables, so a later `fit` sizes it anew (`size`) without
+    retracing the step that reads it. They are not checkpointed: `FitClock` sets them
+    at each fit from the fit's position.
+    """
+
+    def __init__(self, initial, peak, warmup, decay, alpha=0.0):
+        self.alpha = float(alpha)
+        self.sizes = tf.Variable(
+            [initial, peak, warmup, decay], dtype=tf.float32, trainable=False, name="cycle"
+        )
+        self.start = tf.Variable(0, dtype=tf.int64, trainable=False, name="cycle_start")
+
+    def size(self, initial, peak, warmup, decay) -> None:
+        """The cycle's new rates and lengths (steps)."""
+        self.sizes.assign([initial, peak, warmup, decay])
+
+    def __call__(self, step):
+        initial, peak, warmup, decay = tf.unstack(tf.convert_to_tensor(self.sizes))
+        done = tf.cast(tf.cast(step, tf.int64) - tf.convert_to_tensor(self.start), tf.float32)
+        done = tf.clip_by_value(done, 0.0, warmup + decay)
+        rising = initial + (peak - initial) * tf.math.divide_no_nan(done, warmup)
+        cosine = 0.5 * (1.0 + tf.cos(math.pi * (done - warmup) / decay))
+        falling = peak * ((1.0 - self.alpha) * cosine + self.alpha)
+        return tf.where(done < warmup, rising, falling)
+
+    def get_config(self) -> dict:
+        initial, peak, warmup, decay = (float(v) for v in self.sizes.numpy())
+        return {
+            "initial": initial,
+            "peak": peak,
+            "warmup": warmup,
+            "decay": decay,
+            "alpha": self.alpha,
+        }
+
+
+class FitClock(keras.callbacks.Callback):
+    """Keeps a schedule's `Cycle` at the position of the fit in progress.
+
+    At a fit's start, a job of other epochs, steps or batch than the cycle's (a later
+    `fit`) gets a cycle sized to it. At each epoch's start (and at its first batch when
+    that is not batch 0: a resumed epoch), the cycle's start becomes the optimizer's step
+    count less the steps the job makes before that batch.
+    """
+
+    loop_batches_ok = True  # no per-step hook: the Trainer's loops keep their size
+
+    def __init__(self, method: _Schedule):
+        super().__init__()
+        self.method = method
+        self._epoch: int | None = None
+
+    def _align(self, epoch: int, batch: int) -> None:
+        optimizer = self.model.optimizer
+        iterations = getattr(optimizer, "inner_optimizer", optimizer).iterations
+        self.method.align(iterations, epoch, batch)
+
+    def on_train_begin(self, logs=None):
+        self.method.refit(self.params or {})
+
+    def on_epoch_begin(self, epoch, logs=None):
+        self._align(epoch, 0)
+        self._epoch = epoch
+
+    def on_train_batch_begin(self, batch, logs=None):
+        if self._epoch is not None and batch:
+            self._align(self._epoch, batch)
+        self._epoch = None
+
+
 class _Schedule(Method):
     """Shared sizing: the job's steps, the peak rate, the schedule's length check."""
 
-    stateful = "the position is the optimizer's iterations: checkpointed with it"
+    stateful = "the position is the fit's epoch and step, read on the optimizer's iterations"
     scale = 1.0
 
     def __init__(self, peak, warmup, steps):
@@ -46,7 +129,8 @@ class _Schedule(Method):
         self.peak = None if peak is None else float(peak)
         self.warmup = _check_fraction(warmup, f"{type(self).__name__} warmup")
         self.steps = None if steps is None else int(steps)
-        self.schedule = None  # the Keras schedule of the last plan
+        self.schedule: Cycle | None = None  # the schedule of the last plan
+        self._job: Job | None = None  # the job it is sized to (the fit in progress)
 
     def check(self, job: Job) -> None:
         if self.steps is not None and self.steps > job.total_steps:
@@ -66,14 +150,55 @@ class _Schedule(Method):
         batch = job.batch_size or REFERENCE_BATCH
         return learning_rate_of(job.optimizer) * math.sqrt(batch / REFERENCE_BATCH) * self.scale
 
-    def make(self, job: Job) -> keras.optimizers.schedules.CosineDecay:
-        """The Keras schedule sized to `job`."""
+    def shape(self, job: Job) -> tuple[float, float, int, int, float]:
+        """(initial rate, peak, warmup steps, decay steps, alpha) for `job`."""
         raise NotImplementedError
 
+    def make(self, job: Job) -> Cycle:
+        """The schedule sized to `job`."""
+        return Cycle(*self.shape(job))
+
     def apply(self, plan: Plan) -> None:
-        """The optimizer's learning rate becomes the schedule (kept as `self.schedule`)."""
+        """The optimizer's learning rate becomes the schedule (kept as `self.schedule`);
+        a schedule the optimizer had is replaced, and the plan says so."""
+        self._job = plan.job
         self.schedule = self.make(plan.job)
+        given = schedule_of(plan.optimizer)
+        if given is not None:
+            plan.dropped.append(
+                (
+                    "learning-rate schedule",
+                    f"the optimizer's {type(given).__name__} is replaced by {self.name}",
+                )
+            )
         plan.rebuild_optimizer(learning_rate=self.schedule)
+        plan.callbacks.append(FitClock(self))
+
+    def refit(self, params: dict) -> None:
+        """Sizes the schedule to the fit about to run (Keras' callback `params`: epochs,
+        steps, batch_size) when its job differs from the one sized to: a later `fit`. A
+        fit of unknown steps (the progressive batch's) keeps the plan's count."""
+        job, epochs, steps = self._job, params.get("epochs"), params.get("steps")
+        if job is None or self.schedule is None or not epochs or not steps or job.epoch_steps:
+            return
+        batch = params.get("batch_size") or job.batch_size
+        if (epochs, steps, batch) == (job.epochs, job.steps_per_epoch, job.batch_size):
+            return
+        self._job = dataclasses.replace(job, epochs=epochs, steps_per_epoch=steps, batch_size=batch)
+        self.schedule.size(*self.shape(self._job)[:4])
+        if self.steps is not None and self.steps > self._job.total_steps:
+            warnings.warn(
+                f"{type(self).__name__}(steps={self.steps}) is longer than this fit "
+                f"({self._job.total_steps} steps): its cycle restarts and will not finish "
+                "its decay. Give steps=None to size it to each fit.",
+                stacklevel=user_stacklevel(),
+            )
+
+    def align(self, iterations, epoch: int, batch: int) -> None:
+        """Starts the cycle `iterations` (the optimizer's step count) less the job's steps
+        before `batch` of `epoch`."""
+        done = self._job.steps_before(epoch) + int(batch)
+        self.schedule.start.assign(tf.cast(iterations, tf.int64) - done)
 
     def sizes(self, job: Job) -> tuple[int, int]:
         """(warmup steps, decay steps) for `job`."""
@@ -106,17 +231,11 @@ class WarmupCosine(_Schedule):
         """One sentence: what this method changes (the settings table shows it)."""
         return f"the learning rate: warmup over {self.warmup:.0%} of the steps, then cosine"
 
-    def make(self, job: Job):
-        """The Keras `CosineDecay` with warmup, sized to `job`."""
+    def shape(self, job: Job) -> tuple[float, float, int, int, float]:
+        """(initial rate, peak, warmup steps, decay steps, alpha) for `job`."""
         warmup, decay = self.sizes(job)
         peak = self.peak_for(job)
-        return keras.optimizers.schedules.CosineDecay(
-            initial_learning_rate=0.0 if warmup else peak,
-            decay_steps=decay,
-            alpha=self.final,
-            warmup_target=peak if warmup else None,
-            warmup_steps=warmup,
-        )
+        return 0.0 if warmup else peak, peak, warmup, decay, self.final
 
 
 class OneCycle(_Schedule):
@@ -153,14 +272,9 @@ class OneCycle(_Schedule):
         """One sentence: what this method changes (the settings table shows it)."""
         return f"the learning rate: one cycle, rising over {self.warmup:.0%} of the steps"
 
-    def make(self, job: Job):
-        """The Keras `CosineDecay` with warmup, sized to `job`."""
+    def shape(self, job: Job) -> tuple[float, float, int, int, float]:
+        """(initial rate, peak, warmup steps, decay steps, alpha) for `job`."""
         warmup, decay = self.sizes(job)
         peak = self.peak_for(job)
-        return keras.optimizers.schedules.CosineDecay(
-            initial_learning_rate=peak / self.div if warmup else peak,
-            decay_steps=decay,
-            alpha=1.0 / (self.div * self.final_div),
-            warmup_target=peak if warmup else None,
-            warmup_steps=warmup,
-        )
+        alpha = 1.0 / (self.div * self.final_div)
+        return peak / self.div if warmup else peak, peak, warmup, decay, alpha

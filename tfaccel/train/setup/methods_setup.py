@@ -5,12 +5,14 @@ the job (the model, the loss, the optimizer, the training feed's batches, `epoch
 steps per epoch) and applied: the optimizer the runner is made with (schedule, EMA), the
 loss (categorical when labels become one-hot), the training feed's batch maps (also on
 the probe the label checks read), validation data with one-hot labels when training's
-are, and callbacks (EMA's swap, freezing, resizing). Later `fit` calls keep the plan
-(the schedule was sized to the first `fit`'s job) and map their data the same way.
+are, and callbacks (EMA's swap, freezing, resizing). Later `fit` calls keep the plan and
+map their data the same way; a schedule gets a new cycle sized to each later `fit`'s
+epochs x steps (`methods.schedules.FitClock`), never the end of the first one's.
 
-State on resume: EMA's averages and the schedule's position are optimizer state, saved
-with it; freezing and resizing stages are functions of the epoch; stochastic depth's
-seeds are block variables, saved with the model.
+State on resume: EMA's averages are optimizer state, saved with it; the schedule's
+position is the fit's epoch and step (read on the optimizer's restored step count);
+freezing and resizing stages are functions of the epoch; stochastic depth's seeds are
+block variables, saved with the model.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from tfaccel import methods as methods_lib
 from tfaccel.data.build.feed import Feed
 from tfaccel.methods.batch_maps import transform
 from tfaccel.methods.freezing import FreezeEarlyLayers
+from tfaccel.train.step import accumulation
 from tfaccel.train.step.losses import PerExampleLoss
 
 _TO_CATEGORICAL = {
@@ -58,7 +61,7 @@ def plan(trainer, methods, optimizer, train: Feed, steps_per_epoch, epochs: int)
         optimizer,
         train.element_spec,
         epochs,
-        int(steps),
+        accumulation.applied_steps(int(steps), trainer.accumulate_steps),  # optimizer steps
         train.global_batch,
         batch_fixed=True,
     )
