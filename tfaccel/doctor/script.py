@@ -7,9 +7,12 @@ report is printed (and saved with `--out`), and the process exits — the script
 after `fit` does not run and nothing is trained (the doctor restores the weights).
 
 The process ends at that first `fit` with `os._exit`, so a script that catches
-`BaseException` around `fit` cannot carry on. A recipe (a script whose code calls
-`parser(..., doctor=True)`, found by parsing it: `declares_doctor`) runs with `--doctor`
-under the same guard.
+`BaseException` around `fit` cannot carry on. Only this process is diagnosed: a child it
+starts with `multiprocessing` ('spawn', 'forkserver') runs the real `fit`, and the doctor
+says so (when the child starts, and at the end). A `keras.utils.PyDataset` is read as
+`model.fit` reads it (in this process, shuffled; its full batches). A recipe (a script
+whose code calls `parser(..., doctor=True)`, found by parsing it: `declares_doctor`) runs
+with `--doctor` under the same guard.
 
 Run: `python -m tfaccel.doctor.script [--budget S] [--out DIR] SCRIPT.py [args]`.
 """
@@ -18,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import ast
+import itertools
 import os
 import pathlib
 import runpy
@@ -25,6 +29,7 @@ import sys
 
 NOT_REACHED = 3  # the script ended before any fit
 REFUSED = 2  # its fit cannot be diagnosed
+_CHILDREN: list[str] = []  # the start methods of the child processes the script started
 
 
 def declares_doctor(path: str | os.PathLike) -> bool:
@@ -76,20 +81,56 @@ def main(argv: list[str] | None = None) -> int:
     except SystemExit as stop:
         if args.recipe:
             return stop.code if isinstance(stop.code, int) else 0 if stop.code is None else 1
-        print(
-            f"tfaccel doctor: {args.script} exited (status {stop.code}) before calling "
-            "model.fit or Trainer.fit: nothing to diagnose.",
-            file=sys.stderr,
-        )
+        ended = f"exited (status {stop.code}) before calling model.fit or Trainer.fit"
+        print(f"tfaccel doctor: {args.script} {ended}{_not_here()}", file=sys.stderr)
         return NOT_REACHED
     if args.recipe:
         return 0
-    print(
-        f"tfaccel doctor: {args.script} ended without calling model.fit or Trainer.fit: "
-        "nothing to diagnose (the doctor diagnoses the first fit a script calls).",
-        file=sys.stderr,
-    )
+    ended = "ended without calling model.fit or Trainer.fit"
+    print(f"tfaccel doctor: {args.script} {ended}{_not_here()}", file=sys.stderr)
     return NOT_REACHED
+
+
+def _not_here() -> str:
+    """Why nothing was diagnosed: no fit at all, or fits in child processes."""
+    if not _CHILDREN:
+        return ": nothing to diagnose (the doctor diagnoses the first fit a script calls)."
+    methods = ", ".join(sorted({repr(m) for m in _CHILDREN}))
+    return (
+        f" in this process, but it started {len(_CHILDREN)} child process(es) with "
+        f"multiprocessing ({methods}). {_CHILD_FIT} Nothing was diagnosed."
+    )
+
+
+_CHILD_FIT = (
+    "The doctor measures only the process it runs: a fit in a spawned child is not "
+    "intercepted and trains for real (a forked child is diagnosed there). Run the fit in "
+    "the main process for the diagnosis, or call tfaccel.doctor.diagnose(model, data) "
+    "inside the child."
+)
+
+
+def _watch_children() -> None:
+    """Records each child process the script starts (`multiprocessing`); says it once."""
+    import multiprocessing
+    from multiprocessing.process import BaseProcess
+
+    start = BaseProcess.start
+
+    def watched(process):
+        started = start(process)  # the start method is set by now
+        if os.getpid() != parent:  # a forked child's own children
+            return started
+        method = getattr(process, "_start_method", None)
+        method = method or multiprocessing.get_start_method(allow_none=True) or "default"
+        if not _CHILDREN:
+            said = f"tfaccel doctor: the script started a child process ({method!r}). "
+            print(said + _CHILD_FIT, file=sys.stderr, flush=True)
+        _CHILDREN.append(method)
+        return started
+
+    parent = os.getpid()
+    BaseProcess.start = watched
 
 
 def _install(budget_s: float | None, out: str | None, script: str) -> None:
@@ -99,7 +140,10 @@ def _install(budget_s: float | None, out: str | None, script: str) -> None:
 
     def model_fit(model, x=None, y=None, batch_size=None, *args, **kwargs):
         where = f"{type(model).__name__}.fit"
-        data = _training_data(x, y, batch_size or 32, "model.fit", script)
+        if isinstance(x, keras.utils.PyDataset):
+            data = _py_dataset(x, kwargs.get("shuffle", True), script)
+        else:
+            data = _training_data(x, y, batch_size or 32, "model.fit", script)
         _diagnose(model, data, budget_s, out, where, script)
 
     def trainer_fit(trainer, x=None, y=None, *args, batch_size=None, **kwargs):
@@ -110,6 +154,7 @@ def _install(budget_s: float | None, out: str | None, script: str) -> None:
 
     keras.Model.fit = model_fit
     Trainer.fit = trainer_fit
+    _watch_children()
 
 
 def _is_dataset_like(x) -> bool:
@@ -125,6 +170,15 @@ def _training_data(x, y, batch_size: int, where: str, script: str):
 
     if isinstance(x, tf.data.Dataset):
         return x
+    if _is_py_dataset(x):  # Trainer.fit refuses it too
+        _end(
+            REFUSED,
+            f"tfaccel doctor: {where} was called with a keras.utils.PyDataset "
+            f"({type(x).__name__}), which the Trainer does not take: pass "
+            "tf.data.Dataset.from_generator(lambda: (data[i] for i in range(len(data))), "
+            "output_signature=...) instead (or diagnose it through model.fit). Ended "
+            f"{script} at this fit (its code after fit did not run).",
+        )
     if x is None or not hasattr(x, "__len__") and not isinstance(x, dict):
         _end(
             REFUSED,
@@ -137,6 +191,74 @@ def _training_data(x, y, batch_size: int, where: str, script: str):
     count = len(next(iter(x.values())) if isinstance(x, dict) else x)
     dataset = tf.data.Dataset.from_tensor_slices(pairs).shuffle(min(count, 10_000), seed=0)
     return dataset.batch(batch_size).prefetch(tf.data.AUTOTUNE)
+
+
+def _is_py_dataset(x) -> bool:
+    import keras
+
+    return isinstance(x, keras.utils.PyDataset)
+
+
+def _py_dataset(data, shuffle, script: str):
+    """A `PyDataset` as `model.fit` reads it in this process (Keras's adapter without
+    workers: a generator over its batches, shuffled by batch, prefetched), its full
+    batches only (the doctor needs one static batch size)."""
+    import random
+
+    import tensorflow as tf
+
+    workers, processes = data.workers, data.use_multiprocessing
+    if workers > 1 or (workers > 0 and processes):
+        how = f"workers={workers}" + (", use_multiprocessing=True" if processes else "")
+        _end(
+            REFUSED,
+            f"tfaccel doctor: model.fit was called with a keras.utils.PyDataset "
+            f"({type(data).__name__}) read by Keras's worker pool ({how}), which the doctor "
+            "cannot drive (it reads the data several times over). Build it with workers=1 "
+            "and use_multiprocessing=False for the diagnosis (the input is then measured "
+            "as one worker reads it), or pass a tf.data.Dataset. Ended "
+            f"{script} at this fit (its code after fit did not run).",
+        )
+    count = data.num_batches
+
+    def batch(i):
+        item = data[i]
+        return tuple(item) if isinstance(item, (list, tuple)) else item
+
+    first = batch(0)
+    size = len(tf.nest.flatten(first)[0])
+    spec = _spec(first, batch(1) if count is None or count > 1 else first, size)
+
+    def full_batches():
+        order = list(range(count)) if count is not None else None
+        if order is not None and shuffle:
+            random.shuffle(order)
+        for i in order if order is not None else itertools.count():
+            item = batch(i)
+            if len(tf.nest.flatten(item)[0]) == size:
+                yield item
+
+    print(
+        f"tfaccel doctor: model.fit was called with a keras.utils.PyDataset "
+        f"({type(data).__name__}); measured as model.fit reads it, {size} examples a "
+        "batch (a smaller last batch is left out)."
+    )
+    dataset = tf.data.Dataset.from_generator(full_batches, output_signature=spec)
+    return dataset.prefetch(tf.data.AUTOTUNE)
+
+
+def _spec(first, second, size: int):
+    """The element spec of a PyDataset's batches: `size` examples; a dimension that
+    differs between its first two batches is None (as Keras's adapter does)."""
+    import numpy as np
+    import tensorflow as tf
+
+    def leaf(a, b):
+        a, b = np.asarray(a), np.asarray(b)
+        dims = [d if d == e else None for d, e in zip(a.shape[1:], b.shape[1:], strict=False)]
+        return tf.TensorSpec([size, *dims], tf.as_dtype(a.dtype))
+
+    return tf.nest.map_structure(leaf, first, second)
 
 
 def _diagnose(target, data, budget_s, out, where: str, script: str) -> None:
