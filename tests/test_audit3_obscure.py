@@ -86,3 +86,22 @@ def test_the_doctor_refuses_a_py_dataset_with_workers_and_says_what_to_do(jobs, 
     ) in result.stderr
     assert "Build it with workers=1 and use_multiprocessing=False" in result.stderr
     assert "Can't convert" not in result.stderr and "AFTER FIT" not in result.stdout
+
+
+def test_the_elastic_launcher_reads_the_state_file_not_stray_file_names(tmp_path, monkeypatch):
+    from tfaccel.launcher import elastic
+
+    monkeypatch.setattr(elastic, "_POLL_S", 0.0)
+    for name in ("ckpt-8.index", "ckpt-8.data-00000-of-00001"):
+        (tmp_path / name).touch()
+    (tmp_path / "checkpoint").write_text('model_checkpoint_path: "ckpt-8"\n')
+    watch = elastic.GrowWatch(str(tmp_path), 1, 2)
+    assert watch.since == 8
+    for name in ("ckpt-99999.index", "ckpt-99999.data-00000-of-00001"):
+        (tmp_path / name).touch()  # a stray copy, never published in the state file
+    assert elastic.last_step(str(tmp_path)) == 8 and not watch.due()
+    (tmp_path / "ckpt-12.index").touch()
+    (tmp_path / "checkpoint").write_text(f'model_checkpoint_path: "{tmp_path}/ckpt-12"\n')
+    assert watch.due() and watch.step == 12
+    (tmp_path / "ckpt-12.index").unlink()  # the state file names files that are gone
+    assert elastic.last_step(str(tmp_path)) is None

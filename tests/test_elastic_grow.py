@@ -11,15 +11,16 @@ from tfaccel import launch
 from tfaccel.launcher import elastic
 
 # worker 1 is lost on the first start (killed by a signal: a script that exits 1 at once is
-# a script error); worker 0 saves "ckpt-N" every 0.2 s and stops on SIGTERM (as the
-# Trainer does); grown back, both finish at once.
+# a script error); worker 0 saves "ckpt-N" every 0.2 s (its files, then the state file
+# naming it) and stops on SIGTERM (as the Trainer does); grown back, both finish at once.
 _FAKE_JOB = """
 import json, os, pathlib, signal, sys, time
 config = json.loads(os.environ["TF_CONFIG"])
 workers, index = len(config["cluster"]["worker"]), config["task"]["index"]
 ckpt = pathlib.Path(sys.argv[1])
 ckpt.mkdir(exist_ok=True)
-last = max([int(p.name[5:-6]) for p in ckpt.glob("ckpt-*.index")] or [0])
+state = ckpt / "checkpoint"
+last = int(state.read_text().split('"')[1][5:]) if state.exists() else 0
 with open(sys.argv[2], "a") as log:
     print(f"{workers} {index} {last}", file=log)
 signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
@@ -30,6 +31,7 @@ if workers == 2 or index:
 for step in range(last + 4, 400, 4):
     time.sleep(0.2)
     (ckpt / f"ckpt-{step}.index").touch()
+    state.write_text(f'model_checkpoint_path: "ckpt-{step}"\\n')
 """
 
 
@@ -64,14 +66,23 @@ def test_a_shrunken_job_grows_back_once_it_saved(tmp_path):
     ) in said
 
 
+def publish(folder, step):
+    """A checkpoint as the Trainer leaves it: its files, then the state file naming it."""
+    (folder / f"ckpt-{step}.index").touch()
+    (folder / f"ckpt-{step}.data-00000-of-00001").touch()
+    (folder / "checkpoint").write_text(
+        f'model_checkpoint_path: "ckpt-{step}"\nall_model_checkpoint_paths: "ckpt-{step}"\n'
+    )
+
+
 def test_the_grow_watch_waits_for_a_newer_checkpoint(tmp_path, monkeypatch):
     monkeypatch.setattr(elastic, "_POLL_S", 0.0)
-    (tmp_path / "ckpt-12.index").touch()
+    publish(tmp_path, 12)
     watch = elastic.GrowWatch(str(tmp_path), 1, 2)
     assert not watch.due() and watch.step is None
-    (tmp_path / "ckpt-12.data-00000-of-00001").touch()
+    (tmp_path / "ckpt-16.index").touch()  # being written: not published yet
     assert not watch.due()
-    (tmp_path / "ckpt-16.index").touch()
+    publish(tmp_path, 16)
     assert watch.due() and watch.step == 16
     assert not elastic.GrowWatch(str(tmp_path), 2, 2).due()  # at full size: never
 

@@ -322,7 +322,7 @@ def launch(
 
 
 def _resume_point(checkpoint_dir: str | None) -> str:
-    """ "step N" of the newest checkpoint in `checkpoint_dir` (files `ckpt-N.index`)."""
+    """ "step N" of the latest checkpoint in `checkpoint_dir` (`elastic.last_step`)."""
     step = elastic.last_step(checkpoint_dir)
     if step is not None:
         return f"step {step} (the last checkpoint in {checkpoint_dir})"

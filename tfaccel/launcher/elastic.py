@@ -12,6 +12,7 @@ is tried `MAX_GROWS` times at most.
 from __future__ import annotations
 
 import os
+import re
 import time
 
 MAX_GROWS = 3
@@ -19,15 +20,29 @@ MAX_GROWS = 3
 _POLL_S = 0.5
 
 
+_LATEST = re.compile(r'^\s*model_checkpoint_path:\s*"([^"]*)"', re.MULTILINE)
+_NAME = re.compile(r"^ckpt-(\d+)$")
+
+
 def last_step(checkpoint_dir: str | None) -> int | None:
-    """The step of the newest checkpoint in `checkpoint_dir` (files `ckpt-N.index`)."""
-    steps = []
-    if checkpoint_dir and os.path.isdir(checkpoint_dir):
-        for name in os.listdir(checkpoint_dir):
-            stem = name[len("ckpt-") : -len(".index")]
-            if name.startswith("ckpt-") and name.endswith(".index") and stem.isdigit():
-                steps.append(int(stem))
-    return max(steps) if steps else None
+    """The step of the latest checkpoint in `checkpoint_dir`: the one its state file (the
+    `checkpoint` file the Trainer rewrites once a save is complete, what
+    `tf.train.latest_checkpoint` reads) names as `ckpt-N`, if its index file is there.
+
+    Other `ckpt-N` files (a save still being written, a stray copy) are not checkpoints.
+    """
+    if not checkpoint_dir:
+        return None
+    try:
+        with open(os.path.join(checkpoint_dir, "checkpoint"), encoding="utf-8") as file:
+            found = _LATEST.search(file.read())
+    except (OSError, UnicodeDecodeError):
+        return None
+    name = os.path.basename(found.group(1)) if found else ""
+    match = _NAME.match(name)
+    if match is None or not os.path.isfile(os.path.join(checkpoint_dir, f"{name}.index")):
+        return None
+    return int(match.group(1))
 
 
 class GrowWatch:
