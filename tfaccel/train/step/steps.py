@@ -291,13 +291,7 @@ class StepLoops:
 
     @_plain
     def _first_nonfinite(self):
-        """Once per loop, in the loop's graph: which trainable variable is not finite (-1: none)."""
-        variables = self.model.trainable_variables
-        if not variables:
-            return tf.constant(-1, tf.int32)
-        finite = tf.stack([tf.reduce_all(tf.math.is_finite(v)) for v in variables])
-        first = tf.argmin(tf.cast(finite, tf.int32), output_type=tf.int32)
-        return tf.where(tf.reduce_all(finite), -1, first)
+        return first_nonfinite(self.model.trainable_variables)
 
     @_plain
     def _test_step(self, data):
@@ -306,6 +300,16 @@ class StepLoops:
     @_plain
     def _test_loop(self, iterator, num_steps):
         return self._run_steps(self._test_step, iterator, num_steps)
+
+
+@_plain
+def first_nonfinite(variables):
+    """Once per loop, in the loop's graph: which of `variables` is not finite (-1: none)."""
+    if not variables:
+        return tf.constant(-1, tf.int32)
+    finite = tf.stack([tf.reduce_all(tf.math.is_finite(v)) for v in variables])
+    first = tf.argmin(tf.cast(finite, tf.int32), output_type=tf.int32)
+    return tf.where(tf.reduce_all(finite), -1, first)
 
 
 def _equal_part(tensor, index, parts: int):
