@@ -29,6 +29,7 @@ from tfaccel.train.setup import (
     compiled,
     inputs,
     methods_setup,
+    model_steps,
     remainder,
     settings,
     startup,
@@ -36,8 +37,7 @@ from tfaccel.train.setup import (
 )
 from tfaccel.train.state import saving
 from tfaccel.train.state.policies import Checkpointing, FaultPolicy
-from tfaccel.train.step import accumulation, precision_step
-from tfaccel.train.step.losses import PerExampleLoss, resolve_metrics
+from tfaccel.train.step import accumulation, precision_step, user_step
 from tfaccel.train.step.runner import EVALUATION_STEPS_PER_LOOP, Runner
 
 logger = logging.getLogger("tfaccel")
@@ -52,6 +52,8 @@ class Trainer:
             optimizer, loss, loss weights and metrics (an argument given here wins). A
             model built outside the scope is copied into it (`keras.models.clone_model`,
             same weights) and the trained weights are copied back to it when `fit` ends.
+            A model overriding `train_step`, `test_step`, `compute_loss` or `compute_metrics`
+            (a GAN, a custom loss) runs its own steps, as `model.fit` (`setup.model_steps`).
         optimizer: a Keras optimizer, its name, or a callable building one; wrapped in
             a `LossScaleOptimizer` when the dtype policy computes in float16. Default:
             the compiled model's, else "adam".
@@ -140,7 +142,7 @@ class Trainer:
         self._loop_sizer = loop_size.LoopSizer(self.steps_per_loop)  # kept across fit calls
         self.accumulate_steps = accumulation.resolve_accumulate_steps(accumulate_steps)
         with self.strategy.scope():
-            setup = compiled.resolve(
+            self.model_steps, setup, self.loss, self.metrics = model_steps.resolve_model(
                 arguments.build_model(model),
                 self.strategy,
                 optimizer=optimizer,
@@ -148,17 +150,15 @@ class Trainer:
                 loss_weights=loss_weights,
                 metrics=metrics,
                 weighted_metrics=weighted_metrics,
+                accumulate_steps=accumulate_steps,
+                on_oom=on_oom,
+                precision=precision,
+                methods=methods,
             )
             self.model, self.source_model = setup.model, setup.source_model
             self._given_optimizer = setup.optimizer
-            self.loss = PerExampleLoss(setup.loss, weight=setup.loss_weight)
-            self.metrics = resolve_metrics(
-                compiled.metrics_in_scope(setup.metrics, self.strategy),
-                self.loss,
-                compiled.metrics_in_scope(setup.weighted_metrics, self.strategy),
-            )
         self.jit_compile = settings.resolve_jit_compile(jit_compile, self.model, self.strategy)
-        self._auto_jit, self.jit_choice = jit_compile == "auto", None  # measured at the first fit
+        self._auto_jit, self.jit_choice = jit_compile == "auto" and not self.model_steps, None
         self._on_oom = on_oom
         self.startup, self._clock, self._checked = None, startup.IDLE, checked.Checked()
         self._make_runner()
@@ -175,7 +175,7 @@ class Trainer:
         computes in float16; one the user wrapped stays as given.
         """
         self.optimizer = precision.wrap_optimizer(self._given_optimizer, policy)
-        self.runner = Runner(
+        self.runner = (Runner if self.model_steps is None else user_step.ModelStepRunner)(
             self.model,
             optimizer=self.optimizer,
             loss=self.loss,
@@ -265,7 +265,7 @@ class Trainer:
         self._clock.lap("input checks")
         self.runner.build(feed.dataset)
         self._clock.lap("variables and step loops")
-        self._checked.labels(feed, self.model, self.loss.fn, self._clock)  # once per data
+        self._checked.labels(feed, self.model, self.loss and self.loss.fn, self._clock)
         return feed
 
     def fit(

@@ -18,6 +18,8 @@ from typing import Any
 
 import keras
 
+from tfaccel.train.step.losses import PerExampleLoss, resolve_metrics
+
 logger = logging.getLogger("tfaccel")
 
 
@@ -111,6 +113,17 @@ def resolve(model, strategy, *, optimizer, loss, loss_weights, metrics, weighted
     if source is not None and given is not None:
         compile_copy(model, resolved, given, strategy)
     return resolved
+
+
+def loss_and_metrics(resolved: Resolved, strategy) -> tuple:
+    """`(PerExampleLoss, [metrics])` of the Trainer's own step (call inside the scope)."""
+    loss = PerExampleLoss(resolved.loss, weight=resolved.loss_weight)
+    metrics = resolve_metrics(
+        metrics_in_scope(resolved.metrics, strategy),
+        loss,
+        metrics_in_scope(resolved.weighted_metrics, strategy),
+    )
+    return loss, metrics
 
 
 def require_loss(loss, compiled: CompileSettings | None) -> None:

@@ -10,6 +10,7 @@ import re
 import tensorflow as tf
 
 from tfaccel.data.build.feed import has_static_batch
+from tfaccel.train.setup import model_steps
 
 INFINITE = tf.data.INFINITE_CARDINALITY
 
@@ -169,8 +170,10 @@ def check_finite(feed, steps_per_epoch: int | None, what: str) -> None:
 
 
 def check_feed(feed, model, steps: int | None, what: str, replicas: int) -> None:
-    """`fit`'s checks of one input (`Trainer.feed`): elements, emptiness, length, batch."""
-    check_elements(feed.element_spec, model)
+    """`fit`'s checks of one input (`Trainer.feed`): elements (not for a model running
+    its own steps, which take any structure: `model_steps`), emptiness, length, batch."""
+    if not model_steps.overridden(model):
+        check_elements(feed.element_spec, model)
     check_not_empty(feed, what)
     check_finite(feed, steps, what)
     check_divides(feed, replicas)

@@ -6,6 +6,7 @@ import keras
 import tensorflow as tf
 
 from tfaccel import cluster
+from tfaccel.train.setup import model_steps
 
 
 def unsupported_jit_layers(model) -> list[str]:
@@ -19,6 +20,8 @@ def unsupported_jit_layers(model) -> list[str]:
 
 def resolve_jit_compile(value, model, strategy) -> bool:
     """`"auto"` is False until measured at the first fit (`xla_choice`); True or False as given.
+    A model running its own steps (`model_steps`) follows its compile setting for "auto"
+    (`model.jit_compile`, Keras's "auto" resolved), as `model.fit` does, unmeasured.
 
     Raises:
         ValueError: `jit_compile=True` with a layer that does not support XLA.
@@ -30,7 +33,7 @@ def resolve_jit_compile(value, model, strategy) -> bool:
             "Pass jit_compile=False or 'auto'."
         )
     if value == "auto":
-        return False
+        return bool(model_steps.overridden(model)) and bool(getattr(model, "jit_compile", False))
     if not isinstance(value, bool):
         raise ValueError(f"jit_compile must be True, False or 'auto', got {value!r}.")
     return value
@@ -62,6 +65,7 @@ def resolve(trainer, feed, steps_per_epoch: int | None) -> dict:
     k = trainer.accumulate_steps
     return {
         "strategy": type(trainer.strategy).__name__,
+        **(trainer.model_steps.rows() if getattr(trainer, "model_steps", None) else {}),
         "cluster": cluster.source_of(trainer.strategy),
         "replicas": replicas,
         "per_replica_batch": per_replica,
