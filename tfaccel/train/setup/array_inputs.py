@@ -149,7 +149,8 @@ def to_pipeline(
     if y is None:
         raise ValueError(
             "x is arrays but y is None: the Trainer needs labels. Pass y=..., or a dataset of "
-            "(x, y) pairs as x."
+            "(x, y) pairs as x (a model with its own train_step takes a batched dataset of "
+            "any elements, e.g. tf.data.Dataset.from_tensor_slices(x).batch(32))."
         )
     source = from_arrays(x, y, sample_weight=sample_weight)
     seed = int(np.random.randint(0, 2**31 - 1)) if training and shuffle else None
