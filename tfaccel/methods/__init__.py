@@ -16,6 +16,10 @@ optimizer change or a callback. Use them with plain Keras through `for_fit`, or 
 | `ProgressiveResizing(start, stages)` | the inputs: smaller images early |
 | `ProgressiveBatch(final, stages)` | the batch: grown to the gradient noise scale (`model.fit`) |
 
+Each method class carries its `Card` (`methods.OneCycle.card`; `FAST_CARD` for "fast"): what
+it changes, when it helps, where it hurts, what it measured and which benchmark result set its
+defaults. The docs' card table is made from them (`python -m tfaccel.methods.cards`).
+
 Example:
     >>> from tfaccel import methods
     >>> plan = methods.for_fit([methods.LabelSmoothing(0.1), methods.OneCycle()], model,
@@ -26,10 +30,11 @@ Example:
 """
 
 from tfaccel.methods.averaging import EMA, SwapAverages
-from tfaccel.methods.base import Job, Method, Plan
+from tfaccel.methods.base import Card, Job, Method, Plan
 from tfaccel.methods.batch_growth import ProgressiveBatch
 from tfaccel.methods.composition import (
     FAST,
+    FAST_CARD,
     LONG_JOB_STEPS,
     compose,
     for_fit,
@@ -46,7 +51,9 @@ from tfaccel.methods.schedules import OneCycle, WarmupCosine
 __all__ = [
     "EMA",
     "FAST",
+    "FAST_CARD",
     "LONG_JOB_STEPS",
+    "Card",
     "CutMix",
     "Job",
     "LabelSmoothing",

@@ -14,13 +14,15 @@ Example:
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
+from typing import Any, ClassVar
 
 import keras
 import tensorflow as tf
 
 from tfaccel.data import iterators
 from tfaccel.methods import labels
-from tfaccel.methods.batch_maps import BatchMap, transform
+from tfaccel.methods.batch_maps import BatchMap, MapFn, transform
 
 # The settings table's row for `for_fit`'s datasets (see `tfaccel.data.iterators`).
 FREED_NOTE = (
@@ -52,8 +54,8 @@ class Job:
     """
 
     model: keras.Model
-    loss: object
-    optimizer: object
+    loss: Any
+    optimizer: Any
     element_spec: tuple
     epochs: int
     steps_per_epoch: int
@@ -73,12 +75,12 @@ class Job:
         return sum(self.epoch_steps[:epoch])
 
     @property
-    def feature_spec(self):
+    def feature_spec(self) -> Any:
         """The spec of a batch's features."""
         return self.element_spec[0]
 
     @property
-    def label_spec(self):
+    def label_spec(self) -> Any:
         """The spec of a batch's labels."""
         return self.element_spec[1]
 
@@ -110,25 +112,26 @@ class Plan:
         self.job = job
         self.loss = job.loss
         self.optimizer = job.optimizer
-        self.callbacks: list = []
+        self.callbacks: list[keras.callbacks.Callback] = []
         self.maps: list[BatchMap] = []
-        self.regroups: list = []  # dataset -> dataset, before the maps (progressive batch)
-        self.finishers: list = []  # plan -> None, once every method is applied
-        self.methods: list = []
+        # dataset -> dataset, before the maps (progressive batch)
+        self.regroups: list[Callable[[tf.data.Dataset], tf.data.Dataset]] = []
+        self.finishers: list[Callable[[Plan], None]] = []  # once every method is applied
+        self.methods: list[Method] = []
         self.dropped: list[tuple[str, str]] = []
         self.chosen: str | None = None
         self.one_hot = False
         self.smoothing = 0.0
-        self.seed: int | None = None
-        self.dataset = None  # the transformed training data (for_fit's)
+        self.seed = 0  # the batch maps' seed (`plan_for` sets it)
+        self.dataset: Any = None  # the transformed training data (for_fit's)
         self.freed = False  # for_fit's: the datasets' iterators are freed in the background
 
-    def add_map(self, name: str, fn, order: int, reads_state: bool = False) -> None:
+    def add_map(self, name: str, fn: MapFn, order: int, reads_state: bool = False) -> None:
         """Adds a batch map `fn(x, y, seed) -> (x, y)` (`reads_state`: it reads a variable
         a callback sets, so it runs when the batch is asked for)."""
         self.maps.append(BatchMap(name, fn, order, reads_state))
 
-    def evaluation_data(self, data):
+    def evaluation_data(self, data: Any) -> Any:
         """Validation or evaluation data with its labels in the training form (one-hot
         when the plan made the training labels one-hot); for `for_fit`'s plan a dataset
         also frees its iterators in the background. Its elements change no further."""
@@ -137,7 +140,7 @@ class Plan:
         freed = self.freed and isinstance(data, tf.data.Dataset)
         return iterators.freed_in_background(data) if freed else data
 
-    def rebuild_optimizer(self, **changes) -> None:
+    def rebuild_optimizer(self, **changes: Any) -> None:
         """Replaces the optimizer by a copy of it with `changes` to its config."""
         self.optimizer = rebuilt(self.optimizer, **changes)
 
@@ -158,6 +161,37 @@ class Plan:
         return "\n".join(f"{name:<{width}}  {text}" for name, text in self.table())
 
 
+@dataclasses.dataclass(frozen=True)
+class Card:
+    """A method's card: what it changes, when it helps, what it measured, where it hurts.
+
+    Each method class carries one (`Method.card`); the docs' card table (the how-to
+    "Train to accuracy sooner") is generated from them by `python -m
+    tfaccel.methods.cards`, and a test fails when the page and the cards differ. The
+    figures are those of the benchmark results the card names; a method without a
+    measurement says "not measured here".
+
+    Attributes:
+        changes: what of the training it changes.
+        helps: when it helps.
+        hurts: where it hurts, and what it costs.
+        measured: what it measured here, with the figures.
+        defaults: what set its defaults (a benchmark result, a paper, a convention).
+        measured_as: the setting measured (e.g. "EMA(0.9)"); None: not measured.
+        contender: its name among the contenders of `results`' first file, if it is one.
+        results: the files in `benchmarks/results/` the figures come from.
+    """
+
+    changes: str
+    helps: str
+    hurts: str
+    measured: str
+    defaults: str
+    measured_as: str | None = None
+    contender: str | None = None
+    results: tuple[str, ...] = ()
+
+
 class Method:
     """Base of the speed-up methods: override `check` and `apply`.
 
@@ -166,12 +200,18 @@ class Method:
         changes: one sentence: what of the training it changes.
         kinds: job kinds it applies to ("image", "sequence", "tabular").
         stateful: how its state survives a resume (None: it has none).
+        card: the method's `Card` (the docs' card table is made from it).
     """
 
     name = "method"
-    changes = ""
-    kinds = ("image", "sequence", "tabular")
+    kinds: tuple[str, ...] = ("image", "sequence", "tabular")
     stateful: str | None = None
+    card: ClassVar[Card | None] = None
+
+    @property
+    def changes(self) -> str:
+        """One sentence: what this method changes (the settings table shows it)."""
+        return ""
 
     def check(self, job: Job) -> None:
         """Raises ValueError or TypeError when the method cannot apply to `job`."""
@@ -185,7 +225,7 @@ class Method:
         return f"{type(self).__name__}({fields})"
 
 
-def staged(values: tuple, epoch: int, epochs: int, until: float):
+def staged(values: tuple[int, ...], epoch: int, epochs: int, until: float) -> int:
     """The value of `epoch` when `values` are stages sharing the first `until` of
     `epochs` equally, the last held after them (progressive resizing and batch)."""
     last = len(values) - 1
@@ -194,7 +234,7 @@ def staged(values: tuple, epoch: int, epochs: int, until: float):
     return values[min(int(epoch / (until * epochs) * last), last)]
 
 
-def optimizer_object(optimizer):
+def optimizer_object(optimizer: Any) -> keras.optimizers.Optimizer:
     """The optimizer as an object: a name or config gets `keras.optimizers.get`."""
     if isinstance(optimizer, keras.optimizers.Optimizer):
         return optimizer
@@ -206,7 +246,7 @@ def optimizer_object(optimizer):
     )
 
 
-def rebuilt(optimizer, **changes):
+def rebuilt(optimizer: Any, **changes: Any) -> keras.optimizers.Optimizer:
     """A copy of `optimizer` (not yet built) with `changes` to its config.
 
     An optimizer built but never stepped (`iterations` 0: e.g. the doctor or a tuner
@@ -237,14 +277,14 @@ def rebuilt(optimizer, **changes):
     return type(optimizer).from_config(config)
 
 
-def schedule_of(optimizer):
+def schedule_of(optimizer: Any) -> keras.optimizers.schedules.LearningRateSchedule | None:
     """The learning-rate schedule object `optimizer` holds (through loss scaling), or None."""
     inner = getattr(optimizer, "inner_optimizer", optimizer)
     rate = getattr(inner, "_learning_rate", None)  # where Keras keeps it
     return rate if isinstance(rate, keras.optimizers.schedules.LearningRateSchedule) else None
 
 
-def learning_rate_of(optimizer) -> float:
+def learning_rate_of(optimizer: Any) -> float:
     """The optimizer's base learning rate as a float (a schedule's rate at step 0)."""
     rate = optimizer_object(optimizer).get_config()["learning_rate"]
     if isinstance(rate, dict):  # a serialized schedule

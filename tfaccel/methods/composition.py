@@ -24,13 +24,16 @@ Example:
 from __future__ import annotations
 
 import warnings
+from collections.abc import Callable, Iterable
+from typing import Any
 
+import keras
 import tensorflow as tf
 
 from tfaccel.callbacks._steps import user_stacklevel
 from tfaccel.data import iterators
 from tfaccel.methods.averaging import EMA
-from tfaccel.methods.base import Job, Method, Plan, optimizer_object
+from tfaccel.methods.base import Card, Job, Method, Plan, optimizer_object
 from tfaccel.methods.batch_growth import ProgressiveBatch
 from tfaccel.methods.batch_maps import transform
 from tfaccel.methods.depth import StochasticDepth
@@ -40,6 +43,8 @@ from tfaccel.methods.resizing import ProgressiveResizing
 from tfaccel.methods.schedules import OneCycle, WarmupCosine
 
 KINDS = ("image", "sequence", "tabular")
+# What a `methods=` argument may be: "fast", "none", None, a method or methods.
+MethodsArg = str | Method | Iterable[Method] | None
 # The order methods are applied in (maps are ordered by their own stage).
 ORDER = (
     ProgressiveBatch,  # first: the schedules are sized to the steps its stages make
@@ -64,7 +69,7 @@ _GROUPS = (
 )
 
 
-def _fast_image(job=None):
+def _fast_image(job: Job | None = None) -> list[Method]:
     return [
         ProgressiveBatch(growth=8, stages=4, until=0.4),
         OneCycle(scale=10.0),
@@ -73,16 +78,9 @@ def _fast_image(job=None):
 
 
 # A sequence or tabular job of at least this many optimizer steps (at its own batch)
-# grows its batch; a shorter one keeps its batch. Measured: at 10x the CIFAR-shaped rows'
-# GRU (6,250 steps) fell from 0.68 to 0.39 held-out accuracy at the peak on every seed
-# (grown too, on the one seed tried), while the digits' GRU (800 steps) reached its target
-# in a third of the epochs; grown, the digits' GRU never reached its target (1,257 examples
-# make 5 steps an epoch at batch 256). On a generated table of 28,000 rows (17,500 steps)
-# the growth 8x with the cycle at 3x reached the target in 0.44x the baseline's epochs (5
-# seeds), one-cycle alone in 0.69x. The GRU grows 4x over the first fifth of the epochs,
-# its cycle warming up over a tenth: after three epochs (batches 32, 64, 128) its held-out
-# accuracy was 0.796-0.803 on five seeds, where the table's stack had made 0.779-0.807 in
-# three epochs two of which at batch 32 (a screen of 11 settings; the how-to gives it).
+# grows its batch, its cycle at 3x; a shorter one keeps its batch (a short table gets no
+# method). Set by benchmarks/time_to_accuracy.py (benchmarks/results/time_to_accuracy.json:
+# the long GRU and table against the short ones; the figures are on `FAST_CARD`).
 LONG_JOB_STEPS = 2_000
 """Optimizer steps from which "fast" grows a sequence or tabular job's batch (cycle at 3x)."""
 
@@ -93,7 +91,7 @@ _GROWN = {
 }
 
 
-def _long(job) -> bool:
+def _long(job: Job | None) -> bool:
     return job is not None and job.total_steps >= LONG_JOB_STEPS
 
 
@@ -113,7 +111,7 @@ def _why_fast(kind: str, job: Job) -> str:
     return f"{why} under {LONG_JOB_STEPS:,} steps ({steps}): one batch"
 
 
-def _fast_sequence(job=None):
+def _fast_sequence(job: Job | None = None) -> list[Method]:
     if not _long(job):
         return [OneCycle(scale=10.0), LabelSmoothing(0.1)]
     return [
@@ -123,7 +121,7 @@ def _fast_sequence(job=None):
     ]
 
 
-def _fast_tabular(job=None):
+def _fast_tabular(job: Job | None = None) -> list[Method]:
     if not _long(job):
         return []
     return [
@@ -133,31 +131,84 @@ def _fast_tabular(job=None):
     ]
 
 
-# What "fast" holds per job kind: the stacks benchmarks/time_to_accuracy.py measured
-# best (time to the plain Adam script's accuracy; the figures are in the docs'
-# benchmarks page and the method cards). Image: the batch grown 8x (32 -> 256, the first
-# three stages over 40 % of the epochs) with the rate by the square-root rule, one cycle
-# peaking at 10x Adam's rate, label smoothing. The cycle is sized to the job's steps, which
-# the larger batches make fewer: it peaks after about one epoch of ten and is decaying by
-# the second (on the CIFAR-shaped job the target came in two epochs on every seed, 0.36x
-# the baseline, against three and 0.53x when grown 4x over half the epochs); sequence:
-# by the job's length (LONG_JOB_STEPS); tabular: the same, short jobs no method (on the
-# breast-cancer MLP, 390 steps, none was faster: one-cycle 0.97x [0.87, 1.05] and 1.12x
-# with 3x the epochs declared and a stop at the target; 10x overshot its target). MixUp,
-# CutMix, progressive resizing, EMA and layer freezing slowed the jobs they ran on; they
-# stay available, not in "fast".
-FAST = {"image": _fast_image, "sequence": _fast_sequence, "tabular": _fast_tabular}
+# What "fast" holds per job kind: the stack benchmarks/time_to_accuracy.py measured best
+# by time to the plain Adam script's accuracy (benchmarks/results/time_to_accuracy.json;
+# the figures are on `FAST_CARD` and the docs' method cards). Image: the batch grown 8x in
+# 4 stages over the first 40 % of the epochs at the square-root rate, one cycle at 10x
+# sized to the fewer steps (it peaks after about one epoch of ten), label smoothing.
+# Sequence and tabular: by the job's length (LONG_JOB_STEPS). The methods that slowed the
+# jobs they ran on (MixUp, CutMix, progressive resizing, EMA, layer freezing) stay out.
+FAST: dict[str, Callable[[Job | None], list[Method]]] = {
+    "image": _fast_image,
+    "sequence": _fast_sequence,
+    "tabular": _fast_tabular,
+}
 """Job kind -> a function of the `Job` (or None) returning the fresh methods of "fast"."""
 
+FAST_CARD = Card(
+    changes=(
+        "what its stack changes, chosen by the job's kind and, for sequences and tables, its "
+        "length (`LONG_JOB_STEPS`, 2,000 optimizer steps). Images: the batch grown 8× (32 → "
+        "256, the first three stages over 40 % of the epochs) at the square-root rate, "
+        "one-cycle peaking at 10× the optimizer's rate, label smoothing 0.1. Sequences: "
+        "one-cycle at 10× and label smoothing; from 2,000 steps the batch grown 4× over the "
+        "first 20 % of the epochs, the cycle at 3× warming up over 10 % of the steps. Tables: "
+        "no method; from 2,000 steps the batch grown 8×, the cycle at 3×, label smoothing"
+    ),
+    helps=(
+        "jobs whose path to the target a cycle sized to their steps shortens: on the four "
+        "jobs of minutes 0.35× (CNN), 0.40× (GRU), 0.41× (table) and 0.52–0.65× (ResNet) "
+        "the plain script's time to its accuracy, and a higher final accuracy on every job "
+        "it changed"
+    ),
+    hurts=(
+        "a generous declaration: the stack is sized to the declared epochs, so 3× the "
+        "epochs and a stop at the target stretch its path (0.67× on the CIFAR-shaped CNN, "
+        "1.11× on the digits ResNet); jobs whose first epoch (tracing, the first "
+        "validation) is most of their time gain less than their path; the Trainer drops "
+        "the progressive batch, saying so (one batch per job)"
+    ),
+    measured=(
+        "The image stack: on the CIFAR-shaped CNN the target came in two epochs on every "
+        "seed, 0.36× the baseline, against three and 0.53× with the batch grown 4× over half "
+        "the epochs. The length rule: at 10× the GRU of the CIFAR-shaped rows (6,250 steps) "
+        "fell from 0.68 to 0.39 held-out accuracy as the rate peaked, on every seed (grown "
+        "too, on the one seed tried), while the digits' GRU (800 steps) reached its target "
+        "in a third of the epochs; grown, the digits' GRU never reached its target (1,257 "
+        "examples make 5 steps an epoch at batch 256). On the generated table's 28,000 "
+        "training rows (17,500 steps) the growth 8× with the cycle at 3× reached the target "
+        "in 0.44× the baseline's epochs (5 seeds), one-cycle alone in 0.69×. The sequence "
+        "stack: after three epochs (batches 32, 64, 128) the GRU's held-out accuracy was "
+        "0.796–0.803 on five seeds, where the table's stack had made 0.779–0.807 in three "
+        "epochs two of which at batch 32 (the screen of 11 settings above). Short tables: on "
+        "the breast-cancer MLP (390 steps) no method was faster: one-cycle 0.97× [0.87, "
+        "1.05], 1.12× with 3× the epochs declared and a stop at the target; at 10× it "
+        "overshot its target. MixUp, CutMix, progressive resizing, EMA and layer freezing "
+        "slowed the jobs they ran on: they are not in it. Start-up: its batch maps are "
+        "plain TensorFlow ops, traced without AutoGraph, whose conversion had been most of "
+        "the map's trace (0.3 s of a CNN's first fit with `\"fast\"`; with the transformed "
+        "dataset made once too, start-up 0.94 → 0.70 s, 0.47 s without methods)."
+    ),
+    defaults=(
+        "each stack is the one `benchmarks/time_to_accuracy.py` measured best for its kind, "
+        "`LONG_JOB_STEPS` the length between the short jobs and the long ones there"
+    ),
+    measured_as='methods="fast"',
+    contender="fast",
+    results=("time_to_accuracy.json",),
+)
+"""The card of `methods="fast"`: its stacks, and what they measured."""
 
-def kind_of(element_spec) -> str:
+
+def kind_of(element_spec: Any) -> str:
     """The job's kind from its features: rank 4 "image", rank 3 "sequence", else "tabular"."""
     spec = element_spec[0] if isinstance(element_spec, tuple) else element_spec
     rank = getattr(getattr(spec, "shape", None), "rank", None)
-    return {4: "image", 3: "sequence"}.get(rank, "tabular")
+    kinds: dict[int | None, str] = {4: "image", 3: "sequence"}
+    return kinds.get(rank, "tabular")
 
 
-def resolve(methods, kind: str | None = None, job: Job | None = None) -> list[Method]:
+def resolve(methods: MethodsArg, kind: str | None = None, job: Job | None = None) -> list[Method]:
     """The methods a `methods=` argument names: a list of `Method`s, or "fast" / "none".
 
     Args:
@@ -209,7 +260,8 @@ def _a_class(cls: type, verb: str) -> str:
 
 def compose(methods: list[Method]) -> tuple[list[Method], list[tuple[str, str]]]:
     """Applies the composition rules: returns (methods in order, [(dropped, why)])."""
-    kept, dropped = [], []
+    kept: list[Method] = []
+    dropped: list[tuple[str, str]] = []
     for method in methods:
         twin = next((m for m in kept if type(m) is type(method)), None)
         if twin is not None:
@@ -232,7 +284,7 @@ def compose(methods: list[Method]) -> tuple[list[Method], list[tuple[str, str]]]
     return kept, dropped
 
 
-def steps_of(dataset, steps_per_epoch) -> int:
+def steps_of(dataset: Any, steps_per_epoch: int | None) -> int:
     """Steps per epoch: given, or the dataset's finite length."""
     if steps_per_epoch is not None:
         if isinstance(steps_per_epoch, bool) or int(steps_per_epoch) < 1:
@@ -247,7 +299,9 @@ def steps_of(dataset, steps_per_epoch) -> int:
     return length
 
 
-def plan_for(methods, job: Job, *, kind: str | None = None, seed: int | None = None) -> Plan:
+def plan_for(
+    methods: MethodsArg, job: Job, *, kind: str | None = None, seed: int | None = None
+) -> Plan:
     """Resolves, composes, checks and applies `methods` to `job`; returns the `Plan`
     (without a dataset: `for_fit` and the Trainer transform theirs with `plan.maps`).
 
@@ -281,7 +335,7 @@ def plan_for(methods, job: Job, *, kind: str | None = None, seed: int | None = N
     return plan
 
 
-def _batch_of(dataset, spec) -> int | None:
+def _batch_of(dataset: Any, spec: tuple) -> int | None:
     """The static batch of `spec`, else the first batch's size (one batch read)."""
     first = tf.nest.flatten(spec[0])[0].shape
     if first.rank and first[0] is not None:
@@ -293,18 +347,21 @@ def _batch_of(dataset, spec) -> int | None:
     return None
 
 
-def _regrouped(dataset_fn, regroup):
+def _regrouped(
+    dataset_fn: Callable[[Any], tf.data.Dataset],
+    regroup: Callable[[tf.data.Dataset], tf.data.Dataset],
+) -> Callable[[Any], tf.data.Dataset]:
     return lambda context: regroup(dataset_fn(context))
 
 
 def for_fit(
-    methods,
-    model,
-    dataset,
+    methods: MethodsArg,
+    model: keras.Model,
+    dataset: Any,
     *,
     epochs: int,
-    loss,
-    optimizer="adam",
+    loss: Any,
+    optimizer: Any = "adam",
     steps_per_epoch: int | None = None,
     batch_size: int | None = None,
     kind: str | None = None,

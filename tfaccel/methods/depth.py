@@ -12,7 +12,7 @@ from __future__ import annotations
 import keras
 
 from tfaccel.blocks import BottleneckBlock, ResidualBlock
-from tfaccel.methods.base import Job, Method, Plan
+from tfaccel.methods.base import Card, Job, Method, Plan
 
 
 def residual_blocks(model: keras.Model) -> list:
@@ -41,6 +41,25 @@ class StochasticDepth(Method):
     name = "stochastic depth"
     kinds = ("image",)
     stateful = "the drop masks' seeds are block variables: checkpointed with the model"
+    card = Card(
+        changes=(
+            "the forward pass in training of `tfaccel.blocks` residual blocks: branches "
+            "dropped per example, up to `rate` at the last block (a block's `drop_rate`, "
+            "saved in `.keras` files); inference unchanged"
+        ),
+        helps="deep networks trained long, as a regularizer (not measured here)",
+        hurts=(
+            "short jobs: on 6 epochs it costs more than it gives; models without "
+            '`tfaccel.blocks` residual blocks (refused); not in `"fast"`'
+        ),
+        measured=(
+            "On the digits ResNet: epochs 1.00×, time 0.99× [0.68, 1.12], final 0.956 vs 0.952."
+        ),
+        defaults="rate=0.1, the setting measured (not set by a measurement)",
+        measured_as="StochasticDepth(0.1)",
+        contender="stochastic_depth",
+        results=("time_to_accuracy.json",),
+    )
 
     def __init__(self, rate: float = 0.1):
         if isinstance(rate, bool) or not isinstance(rate, (int, float)) or not 0 < rate < 1:

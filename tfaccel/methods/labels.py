@@ -13,11 +13,16 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
+from typing import TYPE_CHECKING, Any
 
 import keras
 import tensorflow as tf
 
 from tfaccel.data.checks import label_contract
+
+if TYPE_CHECKING:  # base imports this module
+    from tfaccel.methods.base import Job
+    from tfaccel.methods.batch_maps import MapFn
 
 CLASSIFICATION = ("sparse", "categorical", "binary")
 _CLASSES = {
@@ -48,7 +53,7 @@ class LossInfo:
     name: str = ""
 
 
-def loss_info(loss) -> LossInfo:
+def loss_info(loss: Any) -> LossInfo:
     """Reads the kind, `from_logits` and smoothing of a loss name or `keras.losses.Loss`."""
     if isinstance(loss, str):
         return LossInfo(_NAMES.get(loss, "other"), name=loss)
@@ -61,13 +66,14 @@ def loss_info(loss) -> LossInfo:
                 float(config.get("label_smoothing", 0.0) or 0.0),
                 type(loss).__name__,
             )
-    name = getattr(loss, "__name__", None)
-    if name in _NAMES and loss is keras.losses.get(name):  # Keras' function (from_logits off)
+    name: str | None = getattr(loss, "__name__", None)
+    # Keras' function (from_logits off)
+    if name is not None and name in _NAMES and loss is keras.losses.get(name):
         return LossInfo(_NAMES[name], name=name)
     return LossInfo("other", name=name or type(loss).__name__)
 
 
-def output_of(job) -> tuple:
+def output_of(job: Job) -> tuple:
     """The model's output shape, batch first, with a known number of classes (last axis)."""
     shape = label_contract.output_shape(job.model, job.feature_spec)
     if not shape or shape[-1] is None:
@@ -78,7 +84,7 @@ def output_of(job) -> tuple:
     return shape
 
 
-def check_class_labels(job, method: str) -> LossInfo:
+def check_class_labels(job: Job, method: str) -> LossInfo:
     """Refuses regression targets, losses the label methods cannot soften, and labels
     they would mix wrong.
 
@@ -148,7 +154,7 @@ class OneHotCrossentropy(keras.losses.CategoricalCrossentropy):
     `plan.evaluation_data`) are refused with that fix, where Keras would fail on ranks.
     """
 
-    def call(self, y_true, y_pred):
+    def call(self, y_true: Any, y_pred: Any) -> Any:
         true, pred = tuple(y_true.shape), tuple(y_pred.shape)
         ids = len(true) < len(pred) or (true[-1:] == (1,) and pred[-1] not in (1, None))
         if ids:
@@ -172,7 +178,9 @@ def settings(loss: keras.losses.Loss) -> dict:
     return found
 
 
-def soft_target_loss(loss, smoothing: float, method: str = "The label methods"):
+def soft_target_loss(
+    loss: Any, smoothing: float, method: str = "The label methods"
+) -> keras.losses.Loss:
     """The loss for soft targets with `smoothing` (or the loss's own, if larger), keeping
     every setting of `loss`: the same class (categorical, binary, focal), or for a sparse
     loss `OneHotCrossentropy`. A name or Keras' function is its class with defaults.
@@ -204,11 +212,11 @@ def soft_target_loss(loss, smoothing: float, method: str = "The label methods"):
     return target(**kept)
 
 
-def one_hot_map(classes: int, output_rank: int):
+def one_hot_map(classes: int, output_rank: int) -> MapFn:
     """A batch map making integer labels one-hot of the outputs' rank: `(B,)` or `(B, 1)`
     -> `(B, classes)`, `(B, T)` or `(B, T, 1)` -> `(B, T, classes)`."""
 
-    def one_hot(x, y, seed):
+    def one_hot(x: Any, y: Any, seed: Any) -> tuple[Any, Any]:
         del seed
         if y.shape.rank == output_rank:
             y = tf.squeeze(y, -1)
