@@ -20,6 +20,11 @@ Restore never treats a directory holding checkpoint files as empty: it tries the
 newest checkpoint, then older ones, moving each unreadable one aside to
 `<dir>/corrupt/` with a warning (only once a readable one is found); when none can
 be read it raises `CheckpointCorruptError` and touches nothing.
+
+Files deleted under a running job (a cleanup, another process) do not end it: a save whose
+files vanish while it is written is written again (`deleted.py`), and the next save
+says what went (the last checkpoint this run saved, the lock file, which it takes again)
+and writes a fresh checkpoint, with a warning each.
 """
 
 from __future__ import annotations
@@ -31,7 +36,7 @@ import warnings
 import tensorflow as tf
 
 from tfaccel.errors import CheckpointCorruptError, CheckpointMismatchError
-from tfaccel.train.state import async_save, hyperparameters
+from tfaccel.train.state import async_save, deleted, hyperparameters
 from tfaccel.train.state import checkpoint_files as files
 from tfaccel.train.state.lock import DirectoryLock
 from tfaccel.train.state.policies import RESUME_MODES, check_keep
@@ -84,13 +89,16 @@ class CheckpointState:
         self.run_shape = RunShape()
         self.objects["run_shape"] = self.run_shape
         self.checkpoint = tf.train.Checkpoint(**self.objects)
-        workers = getattr(strategy.extended, "_num_workers", 1)
+        self.workers = workers = getattr(strategy.extended, "_num_workers", 1)
         self.asynchronous = asynchronous and workers == 1 and async_save.available(self.checkpoint)
         self.writer = async_save.Writer()
         self._write_dir = self.directory
         # The chief owns the directory until `close()` (see `lock.py`).
         self.lock = DirectoryLock(self.directory).acquire() if self.chief else None
         self.superseded: list[int] = []  # resume="never": the old run's checkpoints
+        self.published: int | None = None  # the last checkpoint this run published
+        self.written: set[int] = set()  # every checkpoint this run published
+        self._said: list[str] = []  # warnings of the background write, said by `wait`
         if self.chief:
             try:
                 files.remove_temporaries(self.directory)
@@ -102,6 +110,7 @@ class CheckpointState:
             self._write_dir = os.path.join(self.directory, f".worker{task_id}-tmp")
             if tf.io.gfile.exists(self._write_dir):
                 tf.io.gfile.rmtree(self._write_dir)
+        self.found = set(files.numbers(self.directory)) if self.chief else set()
         self.restored_path: str | None = None
         self.saved_shape: dict | None = None
         self.changed: dict = {}
@@ -110,7 +119,15 @@ class CheckpointState:
 
     def wait(self) -> None:
         """Waits until the save in flight is written and published (raises its OSError)."""
-        self.writer.wait()
+        try:
+            self.writer.wait()
+        finally:
+            self._say()
+
+    def _say(self) -> None:
+        said, self._said = self._said, []
+        for message in said:
+            warnings.warn(message, stacklevel=4)
 
     def close(self) -> None:
         """Completes the save in flight, then releases the directory (removes the lock
@@ -326,6 +343,7 @@ class CheckpointState:
             raise replaced
         if "://" not in self._write_dir and not os.path.exists(self._write_dir):
             self._recreate(step)
+        deleted.check(self, step)
         if self.lock is not None:
             self.lock.refresh()  # CheckpointLockedError if another run took it over
         held = None
@@ -335,28 +353,30 @@ class CheckpointState:
             except NotImplementedError:
                 held = None  # e.g. a registered saver: this save is synchronous
         if held is None:
-            return self._write(step, None)
+            try:
+                return self._write(step, None)
+            finally:
+                self._say()
         self.writer.submit(lambda: self._write(step, held), f"checkpoint {step}")
         return files.prefix(self._write_dir, step)
 
     def _write(self, step: int, held: dict | None) -> str:
-        """Writes checkpoint `step` (from a snapshot, or the live state), then publishes it."""
-        try:
-            prefix = files.prefix(self._write_dir, step)
-            if held is None:
-                path = self.checkpoint.write(prefix)
-            else:
-                path = async_save.write(held, prefix)
-        except (tf.errors.OpError, OSError) as error:
-            reason = getattr(error, "message", None) or str(error)
-            raise OSError(
-                f"Cannot save checkpoint {step} in checkpoint_dir {self._write_dir!r}: "
-                f"{reason.strip().splitlines()[0]}. Check that the directory still exists, "
-                "is writable and has free space."
-            ) from error
+        """Writes checkpoint `step` (from a snapshot, or the live state), then publishes it;
+        written again when its files are deleted under it (`deleted.WRITE_ATTEMPTS`)."""
+        prefix = files.prefix(self._write_dir, step)
+        # Several workers take part in a save: the chief never writes again alone.
+        attempts = deleted.WRITE_ATTEMPTS if self.workers == 1 else 1
+        lost = []
+        while (why := self._write_files(step, held, prefix)) is not None:
+            lost.append(why)
+            if len(lost) == attempts:
+                self._said.append(deleted.given_up(step, self._write_dir, why, attempts))
+                return prefix
+        if lost:
+            self._said.append(deleted.rewritten(step, self._write_dir, lost[0]))
         if not self.chief:
             tf.io.gfile.rmtree(self._write_dir)
-            return path
+            return prefix
         old = set(self.superseded) - {step}
         present = [n for n in files.numbers(self.directory) if n not in old]
         kept = [n for n in present if n <= step][: self.keep]
@@ -367,13 +387,42 @@ class CheckpointState:
         for number in sorted(old):
             files.delete(self.directory, number)
         self.superseded = []
-        return path
+        self.published = step
+        self.written.add(step)
+        return prefix
+
+    def _write_files(self, step: int, held: dict | None, prefix: str) -> str | None:
+        """Writes the files of checkpoint `step`; returns why they are not all there (they
+        were deleted under the write, the directory still there), None when they are.
+
+        Raises:
+            OSError: the write failed otherwise (named, with TensorFlow's reason).
+        """
+        try:
+            if held is None:
+                self.checkpoint.write(prefix)
+            else:
+                async_save.write(held, prefix)
+        except (tf.errors.OpError, OSError) as error:
+            reason = (getattr(error, "message", None) or str(error)).strip().splitlines()[0]
+            reason = re.sub(r"\{\{function_node [^}]*\}\}\s*", "", reason)
+            if deleted.vanished(error) and os.path.isdir(self._write_dir):
+                return f"{type(error).__name__}: {reason[:300]}"
+            raise OSError(
+                f"Cannot save checkpoint {step} in checkpoint_dir {self._write_dir!r}: "
+                f"{reason}. Check that the directory still exists, is writable and has free "
+                "space."
+            ) from error
+        if self.chief and not files.complete(self._write_dir, step):
+            return "its files were gone right after they were written"
+        return None
 
     def _recreate(self, step: int) -> None:
         """The directory was deleted while the run trained: made again, locked, said."""
         os.makedirs(self._write_dir, exist_ok=True)
         if self._write_dir != self.directory:
             return  # a worker's temporary directory
+        self.published = None  # said here, with the directory
         warnings.warn(
             f"checkpoint_dir {self.directory!r} was deleted while this run trained (with the "
             f"checkpoints saved so far); made it again and saving step {step} there.",

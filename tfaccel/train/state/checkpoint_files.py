@@ -134,9 +134,25 @@ def move_aside(directory: str, number: int) -> str:
 
 
 def delete(directory: str, number: int) -> None:
-    """Deletes checkpoint `number`'s files (rotation of readable, older checkpoints)."""
+    """Deletes checkpoint `number`'s files (rotation of readable, older checkpoints); a
+    file deleted meanwhile by someone else is no error."""
     for name in files(directory, number):
-        tf.io.gfile.remove(os.path.join(directory, name))
+        try:
+            tf.io.gfile.remove(os.path.join(directory, name))
+        except tf.errors.NotFoundError:
+            pass
+
+
+def complete(directory: str, number: int) -> bool:
+    """Whether checkpoint `number` has its index and every data shard in `directory`."""
+    try:
+        names = files(directory, number)
+    except tf.errors.NotFoundError:  # the directory itself is gone
+        return False
+    shards = [n for n in names if ".data-" in n]
+    if f"{PREFIX}-{number}.index" not in names or not shards:
+        return False
+    return len(shards) == int(shards[0].rsplit("-of-", 1)[1])
 
 
 def remove_temporaries(directory: str) -> list[str]:
@@ -206,7 +222,13 @@ def write_state(directory: str, kept: list[int]) -> None:
     text = f'model_checkpoint_path: "{names[-1]}"\n' + "".join(
         f'all_model_checkpoint_paths: "{name}"\n' for name in names
     )
-    temporary = os.path.join(directory, f"checkpoint.tmp{uuid.uuid4().hex}")
-    with tf.io.gfile.GFile(temporary, "w") as handle:
-        handle.write(text)
-    tf.io.gfile.rename(temporary, os.path.join(directory, "checkpoint"), overwrite=True)
+    for attempt in range(3):  # its temporary file deleted under it: written again
+        temporary = os.path.join(directory, f"checkpoint.tmp{uuid.uuid4().hex}")
+        try:
+            with tf.io.gfile.GFile(temporary, "w") as handle:
+                handle.write(text)
+            tf.io.gfile.rename(temporary, os.path.join(directory, "checkpoint"), overwrite=True)
+            return
+        except tf.errors.NotFoundError:
+            if attempt == 2 or not tf.io.gfile.isdir(directory):
+                raise

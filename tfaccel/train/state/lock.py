@@ -216,8 +216,12 @@ class DirectoryLock:
                 current = self._read(self.path)
                 if current is None and not os.path.isdir(self.directory):
                     return  # the directory was deleted: the next save recreates it
+                if current is None and not os.path.lexists(self.path):
+                    return  # the file was deleted: the next save takes it again (`retake`)
                 if current is None or current.get("token") != self.token:
-                    self.lost = f"now {describe(current)}" if current else "the lock file is gone"
+                    self.lost = (
+                        f"now {describe(current)}" if current else "the lock file is unreadable"
+                    )
                 else:
                     temporary = self._temporary(self._record(since=current.get("since")))
                     os.replace(temporary, self.path)
@@ -227,8 +231,19 @@ class DirectoryLock:
                 "writing to the directory, so this one does not save there."
             )
 
+    def missing(self) -> bool:
+        """Whether this run's lock file was deleted (its directory is still there)."""
+        return (
+            self.held
+            and not self.remote
+            and self.lost is None
+            and os.path.isdir(self.directory)
+            and not os.path.lexists(self.path)
+        )
+
     def retake(self) -> None:
-        """Takes the lock again in a directory made anew (it was deleted while held).
+        """Takes the lock again where it was deleted while held (the file, or its directory
+        made anew).
 
         Raises:
             CheckpointLockedError: another run created the lock there first.
