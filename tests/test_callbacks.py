@@ -10,6 +10,7 @@ import keras
 import numpy as np
 import pytest
 import tensorflow as tf
+from sleep_layer import Sleep
 from tensorboard.backend.event_processing import event_accumulator
 
 from tfaccel import callbacks as cb
@@ -116,15 +117,18 @@ def test_throughput_counts_global_examples_under_mirrored_strategy(mirrored):
 
 
 def test_throughput_agrees_with_wall_time_around_fit(capsys):
-    x, y = _data(2048)
-    model = _model()
+    # Steps of a known 20 ms: what the callback leaves out (warm-up, epoch ends, fit's own
+    # start) stays small beside them on a busy host too.
+    x, y = _data(512)
+    model = keras.Sequential([keras.Input((4,)), Sleep(0.02), keras.layers.Dense(1)])
+    model.compile(optimizer=keras.optimizers.SGD(0.1), loss="mse")
     model.fit(x[:64], y[:64], batch_size=16, epochs=1, verbose=0)  # trace once
     throughput = cb.Throughput(warmup_steps=2, window=20)
     start = time.perf_counter()
     model.fit(x, y, batch_size=16, epochs=2, verbose=0, callbacks=[throughput])
     wall = time.perf_counter() - start
     summary = throughput.summary
-    assert summary["total_examples"] == 2 * 2048
+    assert summary["total_examples"] == 2 * 512
     assert 0 < summary["measured_seconds"] <= wall
     wall_rate = summary["total_examples"] / wall
     ratio = summary["examples_per_second"]["overall"] / wall_rate
@@ -321,8 +325,9 @@ def test_host_gap_present_in_fit_logs():
 # ---------------------------------------------------------------- a custom loop
 
 
-def _custom_loop(model, callbacks, batches, steps_per_call=1, epochs=1, delay=0.0):
-    """A minimal trainer: host-side input, several steps per call, the standard hooks."""
+def _custom_loop(model, callbacks, batches, steps_per_call=1, epochs=1, delay=0.0, step_delay=0.0):
+    """A minimal trainer: host-side input, several steps per call, the standard hooks;
+    `delay` s of input on the host before each batch, `step_delay` s more in each step."""
     for callback in callbacks:
         callback.set_model(model)
         callback.set_params({"epochs": epochs, "steps": len(batches)})
@@ -340,6 +345,7 @@ def _custom_loop(model, callbacks, batches, steps_per_call=1, epochs=1, delay=0.
                 callback.on_train_batch_begin(first)
             for x, y in chunk:
                 loss = model.train_on_batch(x, y)
+                time.sleep(step_delay)  # a step of a known length
             logs = {"loss": loss, "steps": len(chunk)}
             for callback in callbacks:
                 callback.on_train_batch_end(first, logs)
@@ -389,9 +395,11 @@ def test_host_gap_tells_slow_host_input_from_fast():
     model = _model()
     _custom_loop(model, [], batches[:1])  # trace train_on_batch once
     fast, slow = cb.HostGap(threshold=0.5), cb.HostGap(threshold=0.5)
+    # Known lengths, whatever the host: 100 ms steps with no input between them, then
+    # 100 ms of input before each ~1 ms step.
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        _custom_loop(model, [fast], batches)
+        _custom_loop(model, [fast], batches, step_delay=0.1)
     assert not [w for w in caught if "HostGap" in str(w.message)]
     with pytest.warns(UserWarning, match="HostGap: .* between steps"):
         _custom_loop(model, [slow], batches, delay=0.1)
