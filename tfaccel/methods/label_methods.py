@@ -22,7 +22,7 @@ from typing import Any
 import keras
 import tensorflow as tf
 
-from tfaccel.methods import labels
+from tfaccel.methods import label_checks, labels
 from tfaccel.methods.base import Card, Job, Method, Plan
 
 
@@ -47,7 +47,7 @@ def use_soft_targets(plan: Plan, method: str) -> None:
     job = plan.job
     if job.loss_info.kind == "sparse" and not plan.one_hot:
         plan.one_hot = True
-        output = labels.output_of(job)
+        output = label_checks.output_of(job)
         plan.add_map("one-hot labels", labels.one_hot_map(int(output[-1]), len(output)), 1)
     plan.loss = labels.soft_target_loss(job.loss, plan.smoothing, method)
 
@@ -95,7 +95,7 @@ class LabelSmoothing(Method):
         return f"the loss: targets smoothed by {self.eps:g} (categorical crossentropy)"
 
     def check(self, job: Job) -> None:
-        labels.check_class_labels(job, "LabelSmoothing")
+        label_checks.check_class_labels(job, "LabelSmoothing")
 
     def apply(self, plan: Plan) -> None:
         plan.smoothing = self.eps
@@ -166,7 +166,7 @@ class MixUp(Method):
         return f"the labels and inputs: batches mixed pairwise, weight ~ Beta({self.alpha:g})"
 
     def check(self, job: Job) -> None:
-        labels.check_class_labels(job, "MixUp")
+        label_checks.check_class_labels(job, "MixUp")
         spec = job.feature_spec
         if not isinstance(spec, tf.TensorSpec) or not spec.dtype.is_floating:
             raise TypeError(
@@ -239,7 +239,7 @@ class CutMix(Method):
         return f"the labels and inputs: a box pasted between images, area ~ Beta({self.alpha:g})"
 
     def check(self, job: Job) -> None:
-        labels.check_class_labels(job, "CutMix")
+        label_checks.check_class_labels(job, "CutMix")
         spec = job.feature_spec
         if not isinstance(spec, tf.TensorSpec) or spec.shape.rank != 4:
             shape = getattr(spec, "shape", spec)
