@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import keras
 import tensorflow as tf
 
 from tfaccel import cluster
 from tfaccel.train.setup import model_steps
+from tfaccel.train.step.losses import loss_scale_of
 
 
 def unsupported_jit_layers(model) -> list[str]:
@@ -37,15 +37,6 @@ def resolve_jit_compile(value, model, strategy) -> bool:
     if not isinstance(value, bool):
         raise ValueError(f"jit_compile must be True, False or 'auto', got {value!r}.")
     return value
-
-
-def loss_scale_of(optimizer) -> float | None:
-    """The current dynamic loss scale, or None when the optimizer does not scale."""
-    if isinstance(optimizer, keras.optimizers.LossScaleOptimizer):
-        if optimizer.built:
-            return float(optimizer.dynamic_scale.numpy())
-        return float(optimizer.initial_scale)
-    return None
 
 
 def format_table(settings: dict) -> str:

@@ -1,4 +1,4 @@
-"""Per-example losses and metric resolution for the Trainer."""
+"""Per-example losses, metric resolution and the loss scale read for the Trainer."""
 
 from __future__ import annotations
 
@@ -132,3 +132,12 @@ def _resolve(metrics, loss: PerExampleLoss) -> list[keras.metrics.Metric]:
                 name = metric if isinstance(metric, str) else fn.__name__
                 resolved.append(keras.metrics.MeanMetricWrapper(fn, name=name))
     return resolved
+
+
+def loss_scale_of(optimizer) -> float | None:
+    """The current dynamic loss scale, or None when the optimizer does not scale."""
+    if isinstance(optimizer, keras.optimizers.LossScaleOptimizer):
+        if optimizer.built:
+            return float(optimizer.dynamic_scale.numpy())
+        return float(optimizer.initial_scale)
+    return None

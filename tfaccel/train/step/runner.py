@@ -22,17 +22,21 @@ import time
 import keras
 import tensorflow as tf
 
-from tfaccel.train.setup import inputs, settings
 from tfaccel.train.state import hyperparameters
 from tfaccel.train.step.loop_stats import LoopStats
-from tfaccel.train.step.losses import PerExampleLoss
+from tfaccel.train.step.losses import PerExampleLoss, loss_scale_of
 from tfaccel.train.step.out_of_memory import (
     describe_out_of_memory,
     is_out_of_memory,
     split_until_fits,
 )
 from tfaccel.train.step.runner_interface import LoopResult, Position
-from tfaccel.train.step.steps import StepLoops, explain_xla_error, op_determinism
+from tfaccel.train.step.steps import (
+    StepLoops,
+    explain_step_error,
+    explain_xla_error,
+    op_determinism,
+)
 
 EVALUATION_STEPS_PER_LOOP = 100  # test steps per call; they fire no callback
 ON_OOM = ("raise", "accumulate")
@@ -267,7 +271,7 @@ class Runner:
             text = str(error)
             if self.jit_compile and ("XLA" in text or "jit" in text.lower()):
                 raise ValueError(explain_xla_error(error, self.model)) from error
-            clear = inputs.explain_step_error(error, self.loss.name)
+            clear = explain_step_error(error, self.loss.name)
             if clear:
                 raise ValueError(clear) from error
             raise
@@ -307,7 +311,7 @@ class Runner:
         return logs
 
     def _add_loss_scale(self, logs: dict) -> None:
-        scale = settings.loss_scale_of(self.optimizer)
+        scale = loss_scale_of(self.optimizer)
         if scale is not None:
             logs["loss_scale"] = scale
             logs["skipped_steps"] = self.skipped_steps

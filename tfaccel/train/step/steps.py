@@ -1,4 +1,4 @@
-"""The inner loop: N train or test steps in one `tf.function`, under any strategy."""
+"""The inner loop: N train or test steps in one `tf.function`; step errors explained."""
 
 from __future__ import annotations
 
@@ -354,3 +354,28 @@ def explain_xla_error(error: Exception, model) -> str:
         f"jit_compile=True failed: XLA cannot compile {where}{what}. Pass jit_compile=False "
         "(or 'auto'), or replace the layer."
     )
+
+
+def explain_step_error(error: Exception, loss_name: str) -> str | None:
+    """A clear message for a TensorFlow error raised inside a step, or None."""
+    text = str(error)
+    match = re.search(
+        r"Received a label value of (-?\d+) which is outside the valid range of "
+        r"\[0, (\d+)\)",
+        text,
+    )
+    if match:
+        label, classes = match.groups()
+        if int(label) == -(2**63):  # what a NaN or inf label becomes when cast to int64
+            return (
+                f"A label is NaN or inf (cast to an integer class it reads {label}), so the "
+                f"loss {loss_name!r} cannot use it. Fix or drop those rows, or impute the "
+                "label; tfaccel.data.pipeline(check_finite=True) names the element."
+            )
+        return (
+            f"A label is outside the classes of the model: label {label}, but the model has "
+            f"{classes} classes, so the loss {loss_name!r} accepts labels 0..{int(classes) - 1}. "
+            "Check the labels (e.g. 1-based classes need `label - 1`) or give the model's "
+            "last layer one unit per class."
+        )
+    return None
