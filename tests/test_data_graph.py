@@ -1,11 +1,11 @@
-"""`data.build.graph`, the one reader of tf.data's private attributes (layout: test_house.py)."""
+"""`data.graph`, the one reader of tf.data's private attributes (layout: test_house.py)."""
 
 import pathlib
 
 import pytest
 import tensorflow as tf
 
-from tfaccel.data.build import graph
+from tfaccel.data import graph
 from tfaccel.data.order import augment_seeds
 
 PACKAGE = pathlib.Path(__file__).resolve().parent.parent / "tfaccel"
@@ -18,7 +18,7 @@ def test_only_graph_reads_tf_datas_private_attributes():
         for name in ("_input_dataset", "_drop_remainder", "_map_func")
         if name in path.read_text()
     }
-    assert readers == {"data/build/graph.py"}
+    assert readers == {"data/graph.py"}
 
 
 def test_chain_is_newest_first_back_to_the_source():

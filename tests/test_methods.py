@@ -445,7 +445,7 @@ def test_the_table_says_why_fast_chose_its_stack():
     ]
     assert float(short.optimizer.learning_rate) == pytest.approx(0.001)  # Adam's, unscheduled
     freed = tfaccel.data.iterators.adopt
-    passed = tfaccel.data.build.graph.passed_through_with
+    passed = tfaccel.data.graph.passed_through_with
     assert passed(short.dataset) is freed  # what the row says: both datasets freed
     assert passed(short.evaluation_data(dataset())) is freed
     assert all(name != "fast" for name, _ in plan([methods.OneCycle()], 2).table())

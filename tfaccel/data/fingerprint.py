@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
-from tfaccel.data.build import graph
+from tfaccel.data import graph
 from tfaccel.data.sources.info import source_info
 
 SAMPLE_BYTES = 8 << 20

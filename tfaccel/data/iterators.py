@@ -177,7 +177,7 @@ def freed_in_background(dataset):
     """
     import tensorflow as tf
 
-    from tfaccel.data.build import graph
+    from tfaccel.data import graph
 
     if not isinstance(dataset, tf.data.Dataset):
         raise TypeError(f"freed_in_background takes a tf.data.Dataset, got {type(dataset)}.")

@@ -25,7 +25,7 @@ from typing import Any
 
 import tensorflow as tf
 
-from tfaccel.data.build import graph
+from tfaccel.data import graph
 from tfaccel.data.build.built import built_of, context_key, input_context
 from tfaccel.data.build.plan import Plan
 from tfaccel.data.fingerprint import Fingerprint

@@ -12,7 +12,7 @@ from typing import Any
 
 import tensorflow as tf
 
-from tfaccel.data.build import graph as dataset_graph
+from tfaccel.data import graph as dataset_graph
 
 _PLAN_ATTR = "_tfaccel_plan"
 

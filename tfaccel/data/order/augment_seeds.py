@@ -36,7 +36,7 @@ from typing import Any, TypeVar
 import tensorflow as tf
 from tensorflow.python.eager import context
 
-from tfaccel.data.build import graph
+from tfaccel.data import graph
 from tfaccel.data.checks.finite import call
 
 _T = TypeVar("_T")

@@ -18,7 +18,7 @@ import math
 
 import tensorflow as tf
 
-from tfaccel.data.build import graph
+from tfaccel.data import graph
 
 MAX_CHUNK = 1024  # rows in one split at most
 SPLITS_PER_WORKER = 16  # at least this many splits per worker (load balance, loss on a fault)

@@ -7,7 +7,7 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
-from tfaccel.data.build import graph
+from tfaccel.data import graph
 
 
 def _batched_by(dataset: tf.data.Dataset) -> int | None:
