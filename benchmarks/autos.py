@@ -32,7 +32,7 @@ import tensorflow as tf
 
 import tfaccel
 from tfaccel import precision, strict_json
-from tfaccel.data.build.feed import Feed
+from tfaccel.data.assembly.feed import Feed
 from tfaccel.train.setup import xla_choice
 
 RESULTS = pathlib.Path(__file__).parent / "results" / "autos.json"

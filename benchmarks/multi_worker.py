@@ -12,7 +12,7 @@ small ResNet (32 per worker). Contenders, alternating round by round:
   all-reduces; the per-worker batch per *batch* is the same, so examples/s compare);
 - `*_distributed_iterator`: the same through TensorFlow's distributed (multi-device)
   iterator, which the Trainer used before it fed a one-CPU-replica worker its own shard
-  (`tfaccel.data.build.feed.local_shard`).
+  (`tfaccel.data.assembly.feed.local_shard`).
 
 Ratios: two ÷ one (ideal 2.0, physical limit here ≈ 1.95) and one_mwms ÷ one
 (ideal 1.0). Medians over rounds.
@@ -92,7 +92,7 @@ def worker(model: str, kind: str, accumulate: int, steps: int, distributed: bool
     import keras
 
     import tfaccel
-    from tfaccel.data.build import feed
+    from tfaccel.data.assembly import feed
 
     if distributed:  # the multi-device iterator, as before `feed.local_shard`
         feed.local_shard = lambda strategy, fn: None

@@ -5,7 +5,7 @@ import pytest
 import tensorflow as tf
 
 from tfaccel import data
-from tfaccel.data.build.pipeline import built_of
+from tfaccel.data.assembly.pipeline import built_of
 
 N = 10
 X = np.arange(N, dtype="float32")[:, None]

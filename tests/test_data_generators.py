@@ -8,7 +8,7 @@ import pytest
 import tensorflow as tf
 
 import tfaccel
-from tfaccel.data.build import plan
+from tfaccel.data.assembly import plan
 from tfaccel.doctor import variants
 
 SPEC = (tf.TensorSpec((2,), tf.float32), tf.TensorSpec((), tf.int64))

@@ -12,7 +12,7 @@ import tensorflow as tf
 import tfaccel
 from tfaccel import data
 from tfaccel.data import fingerprint
-from tfaccel.data.build import cache as build_cache
+from tfaccel.data.assembly import cache as build_cache
 
 N = 32
 X = np.random.default_rng(3).normal(size=(N, 4)).astype("float32")

@@ -8,7 +8,7 @@ import tensorflow as tf
 from PIL import Image
 
 from tfaccel import data
-from tfaccel.data.build import cache as build_cache
+from tfaccel.data.assembly import cache as build_cache
 from tfaccel.data.order import partial
 
 N = 40

@@ -116,7 +116,7 @@ def test_input_fixes_use_their_measured_speedups_and_are_sorted_by_gain():
 
 
 def test_a_fix_already_in_place_is_never_listed():
-    from tfaccel.data.build import plan
+    from tfaccel.data.assembly import plan
 
     x = np.zeros((64, 4), np.float32)
     y = np.zeros(64, np.int64)
@@ -148,7 +148,7 @@ def test_explain_names_what_a_foreign_pipeline_lacks():
 
 
 def test_only_a_map_that_runs_on_one_core_is_called_sequential():
-    from tfaccel.data.build.plan import graph_stages
+    from tfaccel.data.assembly.plan import graph_stages
 
     x = tf.data.Dataset.from_tensor_slices(np.zeros((8, 4), np.float32))
     stateless = x.map(tf.sin)  # tf.data's map_parallelization runs it in parallel

@@ -12,7 +12,7 @@ import tensorflow as tf
 from run_compare import assert_same_run
 
 import tfaccel
-from tfaccel.data.build.feed import Feed
+from tfaccel.data.assembly.feed import Feed
 from tfaccel.data.order import global_order
 from tfaccel.errors import CheckpointMismatchError
 from tfaccel.train.state import checkpoint

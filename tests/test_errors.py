@@ -14,10 +14,10 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 
 # Where users import each class from (besides tfaccel.errors).
 PATHS = {
-    "CacheBusyWarning": ["tfaccel.data", "tfaccel.data.build.cache"],
-    "CacheMismatchError": ["tfaccel.data", "tfaccel.data.build.cache"],
-    "CacheMismatchWarning": ["tfaccel.data", "tfaccel.data.build.cache"],
-    "StaleCacheWarning": ["tfaccel.data", "tfaccel.data.build.cache"],
+    "CacheBusyWarning": ["tfaccel.data", "tfaccel.data.assembly.cache"],
+    "CacheMismatchError": ["tfaccel.data", "tfaccel.data.assembly.cache"],
+    "CacheMismatchWarning": ["tfaccel.data", "tfaccel.data.assembly.cache"],
+    "StaleCacheWarning": ["tfaccel.data", "tfaccel.data.assembly.cache"],
     "ServiceError": ["tfaccel.data.service"],
     "PortInUseError": ["tfaccel.data.service", "tfaccel.data.service.server"],
     "CheckFailed": ["tfaccel.check", "tfaccel.checks"],

@@ -7,7 +7,7 @@ import tensorflow as tf
 
 import tfaccel
 from tfaccel import data
-from tfaccel.data.build.feed import INFINITE, Feed
+from tfaccel.data.assembly.feed import INFINITE, Feed
 
 X = np.arange(70 * 4, dtype="float32").reshape(70, 4) / 100.0
 Y = (np.arange(70) % 3).astype("int32")

@@ -11,7 +11,7 @@ import keras
 import pytest
 import tensorflow as tf
 
-from tfaccel.data.build.feed import Feed
+from tfaccel.data.assembly.feed import Feed
 from tfaccel.train.loop.faults import PreemptionWatcher
 from tfaccel.train.loop.fit_loop import FitLoop, Schedule
 from tfaccel.train.loop.loop_size import LoopSizer

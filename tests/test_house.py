@@ -49,7 +49,7 @@ MODULES = {_name(p): p for p in sorted(PACKAGE.rglob("*.py"))}
 
 
 def concern(module: str) -> str:
-    """`tfaccel.data.build.feed` -> `data`; the package itself -> `tfaccel`."""
+    """`tfaccel.data.assembly.feed` -> `data`; the package itself -> `tfaccel`."""
     parts = module.split(".")
     return parts[1] if len(parts) > 1 else "tfaccel"
 
@@ -195,7 +195,7 @@ def test_the_circle_finder_names_every_file_of_a_circle():
 def test_an_upward_import_is_named():
     graph = {"tfaccel.data.sources.arrays": {"tfaccel.train.setup.array_inputs"}}
     assert upward(graph) == ["tfaccel.data.sources.arrays -> tfaccel.train.setup.array_inputs"]
-    assert upward({"tfaccel.train.trainer": {"tfaccel.data.build.feed"}}) == []
+    assert upward({"tfaccel.train.trainer": {"tfaccel.data.assembly.feed"}}) == []
 
 
 def test_code_lines_leave_out_docstrings_comments_and_blanks():

@@ -14,7 +14,7 @@ import tensorflow as tf
 
 import tfaccel
 from tfaccel import data
-from tfaccel.data.build.feed import Feed
+from tfaccel.data.assembly.feed import Feed
 from tfaccel.train.setup import remainder
 
 RNG = np.random.default_rng(0)

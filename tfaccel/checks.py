@@ -306,7 +306,7 @@ def check_xla(ctx: Context) -> Found:
 
 def _xla_speed(trainer, ctx: Context) -> str:
     """XLA's speed on the tiny job's passes, timed as `Trainer(jit_compile="auto")` times it."""
-    from tfaccel.data.build.feed import Feed
+    from tfaccel.data.assembly.feed import Feed
     from tfaccel.train.step import precision_step
 
     policy = trainer.model.dtype_policy.name

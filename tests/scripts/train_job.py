@@ -130,7 +130,7 @@ def main():
     if args.replicas:
         tfaccel.devices.configure(virtual_cpus=args.replicas)
 
-    from tfaccel.data.build import feed
+    from tfaccel.data.assembly import feed
 
     own_shard, local = feed.local_shard, []
 

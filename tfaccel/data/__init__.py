@@ -7,16 +7,16 @@ Example:
 """
 
 from tfaccel.data import service
-from tfaccel.data.build.bench import benchmark
-from tfaccel.data.build.cache import (
+from tfaccel.data.assembly.bench import benchmark
+from tfaccel.data.assembly.cache import (
     CacheBusyWarning,
     CacheMismatchError,
     CacheMismatchWarning,
     StaleCacheWarning,
 )
-from tfaccel.data.build.feed import Feed
-from tfaccel.data.build.pipeline import DatasetFn, pipeline
-from tfaccel.data.build.plan import Plan, Step, explain, graph_ops, plan_of
+from tfaccel.data.assembly.feed import Feed
+from tfaccel.data.assembly.pipeline import DatasetFn, pipeline
+from tfaccel.data.assembly.plan import Plan, Step, explain, graph_ops, plan_of
 from tfaccel.data.checks.label_contract import check
 from tfaccel.data.iterators import freed_in_background
 from tfaccel.data.sources.arrays import from_arrays

@@ -9,8 +9,8 @@ import keras
 
 from tfaccel import precision
 from tfaccel.callbacks import peak
-from tfaccel.data.build.feed import Feed
-from tfaccel.data.build.plan import graph_stages, missing
+from tfaccel.data.assembly.feed import Feed
+from tfaccel.data.assembly.plan import graph_stages, missing
 from tfaccel.data.iterators import adopt
 from tfaccel.doctor import fix_rules, machine, measure, mfu, variants
 from tfaccel.doctor import verdict as rules

@@ -6,7 +6,7 @@ the modelled step with a fix) is in `verdict`.
 
 from __future__ import annotations
 
-from tfaccel.data.build.plan import missing
+from tfaccel.data.assembly.plan import missing
 from tfaccel.doctor.service_fix import service_fixes
 from tfaccel.doctor.verdict import (
     COMMUNICATION_TARGET,
@@ -29,7 +29,7 @@ from tfaccel.train.loop import loop_size
 
 
 def input_fixes(m: Measured) -> list[Fix]:
-    """From what the pipeline lacks (`tfaccel.data.build.plan.missing`, the words `explain`
+    """From what the pipeline lacks (`tfaccel.data.assembly.plan.missing`, the words `explain`
     uses), each predicted from its mechanism: parallel reading and parallel maps timed
     with the fix applied to the pipeline's graph (`input_speedups`; else a model: the
     maps on all cores), prefetch overlapping the input with the step, a cache removing

@@ -10,7 +10,7 @@ import statistics
 import tensorflow as tf
 
 from tfaccel.callbacks import peak
-from tfaccel.data.build.feed import Feed
+from tfaccel.data.assembly.feed import Feed
 from tfaccel.data.iterators import adopt
 from tfaccel.doctor import machine, measure
 from tfaccel.train.loop import loop_size

@@ -32,7 +32,7 @@ from __future__ import annotations
 import dataclasses
 import math
 
-from tfaccel.data.build.plan import ends_with_prefetch
+from tfaccel.data.assembly.plan import ends_with_prefetch
 
 MEMORY_FULL = 0.9  # peak / capacity from which memory is the verdict
 """Peak memory ÷ capacity from which the verdict is memory."""

@@ -32,7 +32,7 @@ import keras
 import tensorflow as tf
 
 from tfaccel.data import iterators
-from tfaccel.data.build.feed import INFINITE, Feed
+from tfaccel.data.assembly.feed import INFINITE, Feed
 from tfaccel.data.order import augment_seeds
 from tfaccel.data.service.stage import RESUME_NOTE
 from tfaccel.train.loop import agreement, faults

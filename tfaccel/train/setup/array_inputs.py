@@ -22,8 +22,8 @@ import numbers
 import numpy as np
 import tensorflow as tf
 
-from tfaccel.data.build.feed import Feed
-from tfaccel.data.build.pipeline import DatasetFn, pipeline
+from tfaccel.data.assembly.feed import Feed
+from tfaccel.data.assembly.pipeline import DatasetFn, pipeline
 from tfaccel.data.checks.weights import check_sample_weight
 from tfaccel.data.checks.weights import rows as _rows
 from tfaccel.data.sources import from_arrays

@@ -14,7 +14,7 @@ from __future__ import annotations
 import weakref
 
 from tfaccel.data import graph
-from tfaccel.data.build.feed import Feed
+from tfaccel.data.assembly.feed import Feed
 from tfaccel.data.checks.label_contract import check as check_labels
 from tfaccel.data.sources.info import source_info
 

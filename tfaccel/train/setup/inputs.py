@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import tensorflow as tf
 
-from tfaccel.data.build.feed import has_static_batch
+from tfaccel.data.assembly.feed import has_static_batch
 from tfaccel.train.setup import model_steps
 
 INFINITE = tf.data.INFINITE_CARDINALITY

@@ -20,7 +20,7 @@ from __future__ import annotations
 import keras
 
 from tfaccel import methods as methods_lib
-from tfaccel.data.build.feed import Feed
+from tfaccel.data.assembly.feed import Feed
 from tfaccel.methods.batch_maps import transform
 from tfaccel.methods.freezing import FreezeEarlyLayers
 from tfaccel.train.step import accumulation

@@ -8,7 +8,7 @@ from collections.abc import Callable
 
 import tensorflow as tf
 
-from tfaccel.data.build.plan import Plan
+from tfaccel.data.assembly.plan import Plan
 from tfaccel.data.service.stage import ServiceInfo
 
 _BUILT_ATTR = "_tfaccel_built"

@@ -3,7 +3,7 @@
 shard (several input pipelines) → preprocess (parallel map) → cache → augment
 (training) → shuffle (training, reshuffled each epoch) → repeat → batch →
 batch_map (vectorised) → prefetch(AUTOTUNE). Each stage is a function of
-`tfaccel.data.build.stages`; a build returns what it knows once, as a `Built`.
+`tfaccel.data.assembly.stages`; a build returns what it knows once, as a `Built`.
 
 Example:
     >>> ds = pipeline(from_arrays(x, y), batch_size=64, training=True,
@@ -19,10 +19,10 @@ from typing import TypeAlias
 
 import tensorflow as tf
 
-from tfaccel.data.build import cache as cache_lib
-from tfaccel.data.build import sizing, stages
-from tfaccel.data.build.built import Built, built_of, context_key, input_context, remember  # noqa: F401
-from tfaccel.data.build.plan import Plan, attach
+from tfaccel.data.assembly import cache as cache_lib
+from tfaccel.data.assembly import sizing, stages
+from tfaccel.data.assembly.built import Built, built_of, context_key, input_context, remember  # noqa: F401
+from tfaccel.data.assembly.plan import Plan, attach
 from tfaccel.data.checks.finite import call
 from tfaccel.data.elements import on_pairs
 from tfaccel.data.order import augment_seeds, global_order, partial
@@ -153,8 +153,8 @@ def pipeline(
             left by an interrupted run is removed with a warning; each input
             pipeline of several gets its own `-pipeline<i>of<n>` suffix), or None.
             A file cache records what it holds in `<path>.fingerprint.json` (see
-            `tfaccel.data.build.cache`): one built from other data is never read.
-        shuffle_buffer: "auto" (see `tfaccel.data.build.sizing`), a positive int, or
+            `tfaccel.data.assembly.cache`): one built from other data is never read.
+        shuffle_buffer: "auto" (see `tfaccel.data.assembly.sizing`), a positive int, or
             None for no shuffle. Ignored when not training.
         seed: shuffle seed; with `deterministic=True` the element order is the
             same on every run (and still differs between epochs).

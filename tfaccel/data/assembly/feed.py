@@ -26,8 +26,8 @@ from typing import Any
 import tensorflow as tf
 
 from tfaccel.data import graph
-from tfaccel.data.build.built import built_of, context_key, input_context
-from tfaccel.data.build.plan import Plan
+from tfaccel.data.assembly.built import built_of, context_key, input_context
+from tfaccel.data.assembly.plan import Plan
 from tfaccel.data.fingerprint import Fingerprint
 
 INFINITE = int(tf.data.INFINITE_CARDINALITY)
@@ -236,7 +236,7 @@ class Feed:
         """What the pipeline does, stage by stage (`tfaccel.data.explain`)."""
         if self._build.built is not None:
             return self._build.built.plan
-        from tfaccel.data.build.plan import plan_of
+        from tfaccel.data.assembly.plan import plan_of
 
         return plan_of(self._build.dataset)
 

@@ -21,9 +21,9 @@ from typing import Any
 import tensorflow as tf
 
 from tfaccel.data import fingerprint
-from tfaccel.data.build import cache as cache_lib
-from tfaccel.data.build import sizing
-from tfaccel.data.build.plan import Plan
+from tfaccel.data.assembly import cache as cache_lib
+from tfaccel.data.assembly import sizing
+from tfaccel.data.assembly.plan import Plan
 from tfaccel.data.checks import finite
 from tfaccel.data.elements import AUTOTUNE, is_pair, is_weighted, name, on_pairs, require_pair
 from tfaccel.data.order import augment_seeds, global_order, partial
