@@ -6,7 +6,7 @@ from __future__ import annotations
 import keras
 import tensorflow as tf
 
-from tfaccel.data.checks import label_contract
+from tfaccel.data.contracts import label_contract
 from tfaccel.methods.base import Job
 from tfaccel.methods.labels import LossInfo, soft_target_loss
 

@@ -23,7 +23,7 @@ from tfaccel.data.assembly import cache as cache_lib
 from tfaccel.data.assembly import sizing, stages
 from tfaccel.data.assembly.built import Built, built_of, context_key, input_context, remember  # noqa: F401
 from tfaccel.data.assembly.plan import Plan, attach
-from tfaccel.data.checks.finite import call
+from tfaccel.data.contracts.finite import call
 from tfaccel.data.elements import on_pairs
 from tfaccel.data.order import augment_seeds, global_order, partial
 from tfaccel.data.service import stage as service_stage

@@ -24,7 +24,7 @@ from tfaccel.data import fingerprint
 from tfaccel.data.assembly import cache as cache_lib
 from tfaccel.data.assembly import sizing
 from tfaccel.data.assembly.plan import Plan
-from tfaccel.data.checks import finite
+from tfaccel.data.contracts import finite
 from tfaccel.data.elements import AUTOTUNE, is_pair, is_weighted, name, on_pairs, require_pair
 from tfaccel.data.order import augment_seeds, global_order, partial
 from tfaccel.data.order.resume_note import resume_note

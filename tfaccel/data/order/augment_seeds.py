@@ -37,7 +37,7 @@ import tensorflow as tf
 from tensorflow.python.eager import context
 
 from tfaccel.data import graph
-from tfaccel.data.checks.finite import call
+from tfaccel.data.contracts.finite import call
 
 _T = TypeVar("_T")
 

@@ -29,7 +29,7 @@ from typing import Any
 import tensorflow as tf
 
 from tfaccel.data import graph
-from tfaccel.data.checks import finite
+from tfaccel.data.contracts import finite
 from tfaccel.data.elements import AUTOTUNE, name, on_pairs
 from tfaccel.data.order import augment_seeds
 

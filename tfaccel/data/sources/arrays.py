@@ -8,7 +8,7 @@ import numpy as np
 import tensorflow as tf
 
 from tfaccel.data import fingerprint
-from tfaccel.data.checks.weights import check_sample_weight
+from tfaccel.data.contracts.weights import check_sample_weight
 from tfaccel.data.sources.info import SourceInfo, attach_source
 
 

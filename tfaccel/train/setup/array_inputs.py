@@ -24,8 +24,8 @@ import tensorflow as tf
 
 from tfaccel.data.assembly.feed import Feed
 from tfaccel.data.assembly.pipeline import DatasetFn, pipeline
-from tfaccel.data.checks.weights import check_sample_weight
-from tfaccel.data.checks.weights import rows as _rows
+from tfaccel.data.contracts.weights import check_sample_weight
+from tfaccel.data.contracts.weights import rows as _rows
 from tfaccel.data.sources import from_arrays
 
 DEFAULT_BATCH_SIZE = 32  # Keras' default for arrays

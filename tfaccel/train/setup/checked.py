@@ -15,7 +15,7 @@ import weakref
 
 from tfaccel.data import graph
 from tfaccel.data.assembly.feed import Feed
-from tfaccel.data.checks.label_contract import check as check_labels
+from tfaccel.data.contracts.label_contract import check as check_labels
 from tfaccel.data.sources.info import source_info
 
 

@@ -4,7 +4,7 @@ named, and no rate suggested, whatever the loss does.
 The loss alone cannot tell: a NaN feature can leave a fused Dense + ReLU as a finite 0,
 so the loss stays finite and the curve bends with a normal-looking reason. Arrays are
 checked before anything runs (`check_arrays`: every row); a `tf.data.Dataset` is checked
-batch by batch as the test reads it (`checked`, with `data.checks.finite`), and the
+batch by batch as the test reads it (`checked`, with `data.contracts.finite`), and the
 failure is raised as a `ValueError` naming the batch (`named`). A Python generator or a
 `PyDataset` is not read ahead: there only the loss tells (`nonfinite`).
 """
@@ -17,7 +17,7 @@ import re
 import numpy as np
 import tensorflow as tf
 
-from tfaccel.data.checks import finite
+from tfaccel.data.contracts import finite
 
 WHERE = "the data of the range test (find_learning_rate)"
 CHUNK = 1 << 22  # array elements checked at once
