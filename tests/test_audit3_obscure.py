@@ -120,6 +120,20 @@ def test_the_elastic_launcher_reads_the_state_file_not_stray_file_names(tmp_path
     assert elastic.last_step(str(tmp_path)) is None
 
 
+def test_the_doctor_on_trainer_fit_with_a_py_dataset_names_what_the_trainer_takes(jobs, tmp_path):
+    code = PY_DATASET.replace(
+        "model.fit(Rows(**eval(sys.argv[1])), epochs=1, verbose=0)",
+        "import tfaccel\ntfaccel.Trainer(lambda: model, loss='mse').fit(Rows(), epochs=1)",
+    )
+    result = doctor(jobs, tmp_path, code, "{}")
+    assert result.returncode == 2, result.stdout + result.stderr[-3000:]
+    assert (
+        "Trainer.fit was called with a keras.utils.PyDataset (Rows), which the Trainer does "
+        "not take: pass tf.data.Dataset.from_generator("
+    ) in result.stderr
+    assert "AFTER FIT" not in result.stdout
+
+
 # -- checkpoint files deleted under a running Trainer job -----------------------------------
 
 X = np.random.default_rng(0).normal(size=(64, 4)).astype("float32")
