@@ -190,7 +190,7 @@ def test_a_worker_failing_at_once_on_every_start_is_a_script_error():
 
 
 def test_the_doctor_row_gives_figures_a_user_can_use():
-    from tfaccel import checks
+    from tfaccel.check import suite as checks
 
     rates = {"ceiling_input": 480.4, "ceiling_compute": 32e9, "cached_step": 12_010.0}
     figure = checks.doctor_figure(rates)

@@ -7,7 +7,8 @@ import pathlib
 import subprocess
 import sys
 
-from tfaccel import check, checks, cli
+from tfaccel import check, cli
+from tfaccel.check import suite as checks
 
 
 def test_tfaccel_check_passes_or_skips_every_check_with_a_reason(tmp_path):

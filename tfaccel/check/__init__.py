@@ -38,7 +38,7 @@ import sys
 import time
 from collections.abc import Callable
 
-from tfaccel.checks import CHECKS, CheckFailed, Context, Found, Skip, configure
+from tfaccel.check.suite import CHECKS, CheckFailed, Context, Found, Skip, configure
 
 __all__ = ["CheckFailed", "Found", "Result", "Skip", "format_table", "run", "write_json"]
 

@@ -1,4 +1,4 @@
-"""The checks `tfaccel check` runs, one function each (see `tfaccel.check`).
+"""The suite `tfaccel check` runs (`CHECKS`), one function each (see `tfaccel.check`).
 
 Each takes the shared `Context` (a tiny job, its initial weights, the float32 reference)
 and returns what it `Found`, raises `Skip` (the reason) or `CheckFailed` (what was found).
