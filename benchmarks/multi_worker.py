@@ -1,6 +1,6 @@
 """Multi-worker scaling: one worker on one core vs two workers on one core each.
 
-Each configuration runs through `tfaccel.launch` (TensorFlow's own distributed runtime,
+Each configuration runs through `tfaccel.launcher.launch` (TensorFlow's own distributed runtime,
 `MultiWorkerMirroredStrategy` for two workers), trains a model with the Trainer at the
 same per-worker batch, and reports global examples/s measured by the chief after a
 warm-up. Models: the MLP 512-1024-1024-10 (128 examples per worker per step) and a
@@ -125,7 +125,7 @@ class _Capture(io.StringIO):
 
 
 def run_config(model: str, contender: str, steps: int) -> float:
-    from tfaccel.launch import launch
+    from tfaccel.launcher.launch import launch
 
     workers, kind, accumulate, distributed = CONTENDERS[contender]
     out = _Capture()

@@ -108,7 +108,7 @@ def test_joining_a_cluster_names_the_variables_obeyed():
 def _stale_tf_config():
     import json
 
-    from tfaccel import launch
+    from tfaccel.launcher import launch
 
     return json.dumps(
         {

@@ -177,7 +177,7 @@ def test_a_worker_failing_at_once_on_every_start_is_a_script_error():
     import io
     import sys
 
-    from tfaccel import launch
+    from tfaccel.launcher import launch
 
     out, err = io.StringIO(), io.StringIO()
     command = [sys.executable, "-c", "import sys; sys.exit(1)"]

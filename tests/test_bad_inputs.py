@@ -18,7 +18,8 @@ import tensorflow as tf
 from PIL import Image
 
 import tfaccel
-from tfaccel import callbacks, cli, data, devices, launch, precision
+from tfaccel import callbacks, cli, data, devices, precision
+from tfaccel.launcher import launch
 
 # -- helpers ---------------------------------------------------------------------------
 

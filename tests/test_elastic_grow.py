@@ -7,8 +7,7 @@ import sys
 
 import pytest
 
-from tfaccel import launch
-from tfaccel.launcher import elastic
+from tfaccel.launcher import elastic, launch
 
 # worker 1 is lost on the first start (killed by a signal: a script that exits 1 at once is
 # a script error); worker 0 saves "ckpt-N" every 0.2 s (its files, then the state file

@@ -10,8 +10,8 @@ import sys
 
 import pytest
 
-from tfaccel import launch
 from tfaccel.data import service
+from tfaccel.launcher import launch
 
 
 def _non_loopback_address():

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from run_compare import assert_same_run
 
-from tfaccel import launch
+from tfaccel.launcher import launch
 
 JOB = pathlib.Path(__file__).parent / "scripts" / "train_job.py"
 

@@ -67,7 +67,7 @@ def _launch(args: argparse.Namespace) -> int:
             return 2
         with service_for_job(workers):
             return _launch(args)
-    from tfaccel import launch
+    from tfaccel.launcher import launch
 
     command = args.command_args[1:] if args.command_args[:1] == ["--"] else args.command_args
     if args.workers < 1:
