@@ -16,7 +16,7 @@ from tfaccel.data.assembly.cache import (
 )
 from tfaccel.data.assembly.feed import Feed
 from tfaccel.data.assembly.pipeline import DatasetFn, pipeline
-from tfaccel.data.assembly.plan import Plan, Step, explain, graph_ops, plan_of
+from tfaccel.data.assembly.plan import PipelinePlan, Plan, Step, explain, graph_ops, plan_of
 from tfaccel.data.contracts.label_contract import check
 from tfaccel.data.iterators import freed_in_background
 from tfaccel.data.sources.arrays import from_arrays
@@ -32,6 +32,7 @@ __all__ = [
     "CacheMismatchWarning",
     "DatasetFn",
     "Feed",
+    "PipelinePlan",
     "Plan",
     "StaleCacheWarning",
     "Step",

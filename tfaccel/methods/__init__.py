@@ -30,7 +30,7 @@ Example:
 """
 
 from tfaccel.methods.averaging import EMA, SwapAverages
-from tfaccel.methods.base import Card, Job, Method, Plan
+from tfaccel.methods.base import Card, Job, Method, MethodPlan, Plan
 from tfaccel.methods.batch_growth import ProgressiveBatch
 from tfaccel.methods.composition import (
     FAST,
@@ -59,6 +59,7 @@ __all__ = [
     "LabelSmoothing",
     "LayerFreezing",
     "Method",
+    "MethodPlan",
     "MixUp",
     "OneCycle",
     "Plan",

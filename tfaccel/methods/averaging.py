@@ -15,7 +15,7 @@ from typing import Any
 
 import keras
 
-from tfaccel.methods.base import Card, Job, Method, Plan, optimizer_object
+from tfaccel.methods.base import Card, Job, Method, MethodPlan, optimizer_object
 
 
 class SwapAverages(keras.callbacks.SwapEMAWeights):
@@ -109,6 +109,6 @@ class EMA(Method):
                 f"Use a decay <= {1 - 1 / max(job.total_steps, 2):.4f}."
             )
 
-    def apply(self, plan: Plan) -> None:
+    def apply(self, plan: MethodPlan) -> None:
         plan.rebuild_optimizer(use_ema=True, ema_momentum=self.decay)
         plan.callbacks.append(SwapAverages())

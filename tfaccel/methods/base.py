@@ -90,7 +90,7 @@ class Job:
         return labels.loss_info(self.loss)
 
 
-class Plan:
+class MethodPlan:
     """What to pass to `model.compile` / `model.fit` after the methods are applied.
 
     Attributes:
@@ -116,7 +116,7 @@ class Plan:
         self.maps: list[BatchMap] = []
         # dataset -> dataset, before the maps (progressive batch)
         self.regroups: list[Callable[[tf.data.Dataset], tf.data.Dataset]] = []
-        self.finishers: list[Callable[[Plan], None]] = []  # once every method is applied
+        self.finishers: list[Callable[[MethodPlan], None]] = []  # once every method is applied
         self.methods: list[Method] = []
         self.dropped: list[tuple[str, str]] = []
         self.chosen: str | None = None
@@ -159,6 +159,10 @@ class Plan:
         """The table as text, one method a line."""
         width = max((len(name) for name, _ in self.table()), default=0)
         return "\n".join(f"{name:<{width}}  {text}" for name, text in self.table())
+
+
+Plan = MethodPlan
+"""The old name of `MethodPlan` (the same class), kept so that code naming it still works."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -216,7 +220,7 @@ class Method:
     def check(self, job: Job) -> None:
         """Raises ValueError or TypeError when the method cannot apply to `job`."""
 
-    def apply(self, plan: Plan) -> None:
+    def apply(self, plan: MethodPlan) -> None:
         """Adds this method's part (maps, loss, optimizer, callbacks) to `plan`."""
         raise NotImplementedError
 

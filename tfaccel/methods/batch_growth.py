@@ -35,7 +35,7 @@ from typing import Any, cast
 import keras
 import tensorflow as tf
 
-from tfaccel.methods.base import Card, Job, Method, Plan, schedule_of, staged
+from tfaccel.methods.base import Card, Job, Method, MethodPlan, schedule_of, staged
 
 MAX_GROWTH = 64  # the final batch is at most this many times the start
 
@@ -281,7 +281,7 @@ class ProgressiveBatch(Method):
             math.ceil(job.steps_per_epoch / callback.factor_at(e)) for e in range(job.epochs)
         )
 
-    def apply(self, plan: Plan) -> None:
+    def apply(self, plan: MethodPlan) -> None:
         job = plan.job
         self.factors = self.stage_factors(cast(int, job.batch_size))  # `check` refused None
         with tf.init_scope():
@@ -305,7 +305,7 @@ class ProgressiveBatch(Method):
         if self.rate_power:
             plan.finishers.append(lambda made: self._scale_rate(made, variable))
 
-    def _scale_rate(self, plan: Plan, variable: tf.Variable) -> None:
+    def _scale_rate(self, plan: MethodPlan, variable: tf.Variable) -> None:
         """After every method: the optimizer's rate times growth ** rate_power."""
         rate = schedule_of(plan.optimizer) or plan.optimizer.get_config()["learning_rate"]
         plan.rebuild_optimizer(learning_rate=ScaledByGrowth(rate, self.rate_power, variable))

@@ -2,7 +2,7 @@
 
 `for_fit(methods, model, dataset, epochs=..., loss=..., optimizer=...)` checks every
 method against the job (before step 1), applies them in a fixed order and returns a
-`Plan`: the transformed dataset, the loss and optimizer to compile with, the callbacks.
+`MethodPlan`: the transformed dataset, the loss and optimizer to compile with, the callbacks.
 
 Rules (`compose`): a method given twice keeps its first; one learning-rate schedule
 (OneCycle or WarmupCosine); one batch mixing (MixUp or CutMix: both mix the same
@@ -33,7 +33,7 @@ import tensorflow as tf
 from tfaccel.callbacks._steps import user_stacklevel
 from tfaccel.data import iterators
 from tfaccel.methods.averaging import EMA
-from tfaccel.methods.base import Card, Job, Method, Plan, optimizer_object
+from tfaccel.methods.base import Card, Job, Method, MethodPlan, optimizer_object
 from tfaccel.methods.batch_growth import ProgressiveBatch
 from tfaccel.methods.batch_maps import transform
 from tfaccel.methods.depth import StochasticDepth
@@ -301,8 +301,8 @@ def steps_of(dataset: Any, steps_per_epoch: int | None) -> int:
 
 def plan_for(
     methods: MethodsArg, job: Job, *, kind: str | None = None, seed: int | None = None
-) -> Plan:
-    """Resolves, composes, checks and applies `methods` to `job`; returns the `Plan`
+) -> MethodPlan:
+    """Resolves, composes, checks and applies `methods` to `job`; returns the `MethodPlan`
     (without a dataset: `for_fit` and the Trainer transform theirs with `plan.maps`).
 
     With "fast", a method whose check fails is dropped with its reason; a method the
@@ -314,7 +314,7 @@ def plan_for(
     fast = methods == "fast"
     kind = kind or kind_of(job.element_spec)
     chosen, dropped = compose(resolve(methods, kind, job))
-    plan = Plan(job)
+    plan = MethodPlan(job)
     plan.dropped = dropped
     plan.chosen = _why_fast(kind, job) if fast else None
     plan.seed = 0 if seed is None else int(seed)  # the batches' content varies the draws
@@ -366,7 +366,7 @@ def for_fit(
     batch_size: int | None = None,
     kind: str | None = None,
     seed: int | None = None,
-) -> Plan:
+) -> MethodPlan:
     """What to pass to `model.compile` and `model.fit` to train with `methods`.
 
     Args:
@@ -385,7 +385,7 @@ def for_fit(
             content, so they vary with the shuffle and repeat in a resumed run).
 
     Returns:
-        A `Plan`: `.dataset`, `.loss`, `.optimizer`, `.callbacks`, `.evaluation_data(ds)`
+        A `MethodPlan`: `.dataset`, `.loss`, `.optimizer`, `.callbacks`, `.evaluation_data(ds)`
         and `.describe()`. Pass validation and evaluation data through
         `plan.evaluation_data(...)`: a label method over a sparse loss makes the training
         labels one-hot, and the plan's loss refuses class ids (at the first validation,

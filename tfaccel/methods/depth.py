@@ -12,7 +12,7 @@ from __future__ import annotations
 import keras
 
 from tfaccel.blocks import BottleneckBlock, ResidualBlock
-from tfaccel.methods.base import Card, Job, Method, Plan
+from tfaccel.methods.base import Card, Job, Method, MethodPlan
 
 
 def residual_blocks(model: keras.Model) -> list:
@@ -92,7 +92,7 @@ class StochasticDepth(Method):
                 "the recomputation would draw another mask."
             )
 
-    def apply(self, plan: Plan) -> None:
+    def apply(self, plan: MethodPlan) -> None:
         blocks = residual_blocks(plan.job.model)
         for block, rate in zip(blocks, self.rates(len(blocks)), strict=True):
             block.set_drop_rate(rate)

@@ -13,7 +13,7 @@ from collections.abc import Callable
 
 import keras
 
-from tfaccel.methods.base import Card, Job, Method, Plan
+from tfaccel.methods.base import Card, Job, Method, MethodPlan
 
 
 def weighted_layers(model: keras.Model) -> list[keras.layers.Layer]:
@@ -131,7 +131,7 @@ class LayerFreezing(Method):
                 f"{len(weighted_layers(job.model))} weighted layers; raise the fraction."
             )
 
-    def apply(self, plan: Plan) -> None:
+    def apply(self, plan: MethodPlan) -> None:
         job = plan.job
         layers = self.frozen_layers(job.model)
         plan.callbacks.append(FreezeEarlyLayers(layers, self.first_frozen_epoch(job)))

@@ -23,7 +23,7 @@ import keras
 import tensorflow as tf
 
 from tfaccel.methods import label_checks, labels
-from tfaccel.methods.base import Card, Job, Method, Plan
+from tfaccel.methods.base import Card, Job, Method, MethodPlan
 
 
 def _fraction(value: Any, name: str, low_open: bool = True) -> float:
@@ -41,7 +41,7 @@ def _positive(value: Any, name: str) -> float:
     return float(value)
 
 
-def use_soft_targets(plan: Plan, method: str) -> None:
+def use_soft_targets(plan: MethodPlan, method: str) -> None:
     """Soft targets from here on: sparse labels become one-hot (once), the loss categorical
     (the user's loss with every setting kept: `labels.soft_target_loss`)."""
     job = plan.job
@@ -97,7 +97,7 @@ class LabelSmoothing(Method):
     def check(self, job: Job) -> None:
         label_checks.check_class_labels(job, "LabelSmoothing")
 
-    def apply(self, plan: Plan) -> None:
+    def apply(self, plan: MethodPlan) -> None:
         plan.smoothing = self.eps
         use_soft_targets(plan, "LabelSmoothing")
 
@@ -193,7 +193,7 @@ class MixUp(Method):
             mixed = weight * x + (1.0 - weight) * other
         return mixed, mix_labels(y, transformation)
 
-    def apply(self, plan: Plan) -> None:
+    def apply(self, plan: MethodPlan) -> None:
         use_soft_targets(plan, "MixUp")
 
         def mixup(x: Any, y: Any, seed: Any) -> tuple[Any, Any]:
@@ -281,7 +281,7 @@ class CutMix(Method):
         images = self._layer.transform_images(x, {**transformation, "batch_masks": masks})
         return images, mix_labels(y, transformation)
 
-    def apply(self, plan: Plan) -> None:
+    def apply(self, plan: MethodPlan) -> None:
         use_soft_targets(plan, "CutMix")
 
         def cutmix(x: Any, y: Any, seed: Any) -> tuple[Any, Any]:

@@ -20,7 +20,7 @@ from typing import Any
 import keras
 import tensorflow as tf
 
-from tfaccel.methods.base import Card, Job, Method, Plan, staged
+from tfaccel.methods.base import Card, Job, Method, MethodPlan, staged
 
 
 class SetImageSize(keras.callbacks.Callback):
@@ -126,7 +126,7 @@ class ProgressiveResizing(Method):
                 "global pooling before the classifier."
             )
 
-    def apply(self, plan: Plan) -> None:
+    def apply(self, plan: MethodPlan) -> None:
         job = plan.job
         full = int(job.feature_spec.shape[1])
         sizes = self.sizes(full)

@@ -29,7 +29,7 @@ import keras
 import tensorflow as tf
 
 from tfaccel.callbacks._steps import user_stacklevel
-from tfaccel.methods.base import Card, Job, Method, Plan, learning_rate_of, schedule_of
+from tfaccel.methods.base import Card, Job, Method, MethodPlan, learning_rate_of, schedule_of
 
 REFERENCE_BATCH = 32
 
@@ -161,7 +161,7 @@ class _Schedule(Method):
         """The schedule sized to `job`."""
         return Cycle(*self.shape(job))
 
-    def apply(self, plan: Plan) -> None:
+    def apply(self, plan: MethodPlan) -> None:
         """The optimizer's learning rate becomes the schedule (kept as `self.schedule`);
         a schedule the optimizer had is replaced, and the plan says so."""
         self._job = plan.job

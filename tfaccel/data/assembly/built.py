@@ -8,7 +8,7 @@ from collections.abc import Callable
 
 import tensorflow as tf
 
-from tfaccel.data.assembly.plan import Plan
+from tfaccel.data.assembly.plan import PipelinePlan
 from tfaccel.data.service.stage import ServiceInfo
 
 _BUILT_ATTR = "_tfaccel_built"
@@ -41,7 +41,7 @@ class Built:
     """
 
     dataset: tf.data.Dataset
-    plan: Plan
+    plan: PipelinePlan
     steps: int
     examples: int | None
     make_probe: Callable[[], tf.data.Dataset]

@@ -27,7 +27,7 @@ import tensorflow as tf
 
 from tfaccel.data import graph
 from tfaccel.data.assembly.built import built_of, context_key, input_context
-from tfaccel.data.assembly.plan import Plan
+from tfaccel.data.assembly.plan import PipelinePlan
 from tfaccel.data.fingerprint import Fingerprint
 
 INFINITE = int(tf.data.INFINITE_CARDINALITY)
@@ -232,7 +232,7 @@ class Feed:
         return "TensorFlow shards a batched tf.data.Dataset across workers itself"
 
     @property
-    def plan(self) -> Plan:
+    def plan(self) -> PipelinePlan:
         """What the pipeline does, stage by stage (`tfaccel.data.explain`)."""
         if self._build.built is not None:
             return self._build.built.plan

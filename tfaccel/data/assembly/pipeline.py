@@ -22,7 +22,7 @@ import tensorflow as tf
 from tfaccel.data.assembly import cache as cache_lib
 from tfaccel.data.assembly import sizing, stages
 from tfaccel.data.assembly.built import Built, built_of, context_key, input_context, remember  # noqa: F401
-from tfaccel.data.assembly.plan import Plan, attach
+from tfaccel.data.assembly.plan import PipelinePlan, attach
 from tfaccel.data.contracts.finite import call
 from tfaccel.data.elements import on_pairs
 from tfaccel.data.order import augment_seeds, global_order, partial
@@ -86,7 +86,7 @@ class DatasetFn:
         """Returns `strategy.distribute_datasets_from_function(self)`."""
         return self.strategy.distribute_datasets_from_function(self)
 
-    def plan(self) -> Plan:
+    def plan(self) -> PipelinePlan:
         """The plan of input pipeline 0 (what `explain` prints)."""
         workers = int(getattr(self.strategy.extended, "_num_workers", 1) or 1)
         context = tf.distribute.InputContext(

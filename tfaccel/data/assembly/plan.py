@@ -1,7 +1,7 @@
 """What a pipeline is made of, in order, and how to print it (`explain`).
 
 `pipeline` records one `Step` per stage it adds and attaches the resulting
-`Plan` to the dataset it returns. `explain` prints that plan; for a dataset
+`PipelinePlan` to the dataset it returns. `explain` prints that plan; for a dataset
 built elsewhere it reads the stages from the dataset's own graph instead.
 """
 
@@ -30,7 +30,7 @@ class Step:
 
 
 @dataclasses.dataclass
-class Plan:
+class PipelinePlan:
     """The ordered stages of a pipeline plus a one-line summary."""
 
     title: str
@@ -64,14 +64,18 @@ class Plan:
         return "\n".join(lines)
 
 
-def attach(dataset: tf.data.Dataset, plan: Plan) -> tf.data.Dataset:
+Plan = PipelinePlan
+"""The old name of `PipelinePlan` (the same class), kept so that code naming it still works."""
+
+
+def attach(dataset: tf.data.Dataset, plan: PipelinePlan) -> tf.data.Dataset:
     """Stores `plan` on `dataset` so that `explain` can find it; returns the dataset."""
     setattr(dataset, _PLAN_ATTR, plan)
     return dataset
 
 
-def plan_of(obj: Any) -> Plan:
-    """Returns the `Plan` of a tfaccel pipeline, a `DatasetFn`, or any `tf.data.Dataset`.
+def plan_of(obj: Any) -> PipelinePlan:
+    """Returns the `PipelinePlan` of a tfaccel pipeline, a `DatasetFn`, or any `tf.data.Dataset`.
 
     Args:
         obj: what `pipeline` returned, or any dataset (its plan is then read from
@@ -81,12 +85,12 @@ def plan_of(obj: Any) -> Plan:
         TypeError: `obj` is neither a dataset nor a `DatasetFn`.
     """
     plan = getattr(obj, _PLAN_ATTR, None)
-    if isinstance(plan, Plan):
+    if isinstance(plan, PipelinePlan):
         return plan
     if hasattr(obj, "plan") and callable(obj.plan):
         return obj.plan()
     if isinstance(obj, tf.data.Dataset):
-        plan = Plan("tf.data pipeline (not built by tfaccel; read from its graph)")
+        plan = PipelinePlan("tf.data pipeline (not built by tfaccel; read from its graph)")
         stages = graph_stages(obj)
         for op, parallelism in stages:
             plan.add(op, **({} if parallelism is None else {"parallel": _calls(parallelism)}))

@@ -23,7 +23,7 @@ import tensorflow as tf
 from tfaccel.data import fingerprint
 from tfaccel.data.assembly import cache as cache_lib
 from tfaccel.data.assembly import sizing
-from tfaccel.data.assembly.plan import Plan
+from tfaccel.data.assembly.plan import PipelinePlan
 from tfaccel.data.contracts import finite
 from tfaccel.data.elements import AUTOTUNE, is_pair, is_weighted, name, on_pairs, require_pair
 from tfaccel.data.order import augment_seeds, global_order, partial
@@ -87,7 +87,7 @@ class Stream:
     pipelines: int
     index: int
     batch: int
-    plan: Plan
+    plan: PipelinePlan
     dataset: tf.data.Dataset = None
     source: tf.data.Dataset = None
     info: SourceInfo | None = None
@@ -175,7 +175,7 @@ def start(config: Config, context: tf.distribute.InputContext | None) -> Stream:
         + (f", per-replica batch {batch}" if context is not None else "")
         + (f", input pipeline {index} of {pipelines}" if pipelines > 1 else "")
     )
-    return Stream(config, context, pipelines, index, batch, Plan(title))
+    return Stream(config, context, pipelines, index, batch, PipelinePlan(title))
 
 
 def source_and_shard(s: Stream) -> Stream:
