@@ -15,7 +15,8 @@ import pytest
 import tensorflow as tf
 
 import tfaccel
-from tfaccel import cli, precision, precision_probe, tuning
+from tfaccel import cli, precision, tuning
+from tfaccel.choices import operations, policy
 from tfaccel.files.script_flags import declares_flag
 from tfaccel.tuning.lr import inputs as lr_inputs
 
@@ -182,25 +183,25 @@ def probe(monkeypatch, probe_cache):
     """A counting stand-in for the measurement (bfloat16 twice float32's rate)."""
     calls = []
 
-    def op_rates(policies, budget_s=precision_probe.BUDGET_S):
+    def op_rates(policies, budget_s=operations.BUDGET_S):
         calls.append(tuple(policies))
         return {p: 1e9 * (2.0 if "bfloat16" in p else 1.0) for p in policies}
 
-    monkeypatch.setattr(precision_probe, "op_rates", op_rates)
-    monkeypatch.setattr(precision, "cpu_flags", lambda: frozenset({"avx512_bf16"}))
-    precision_probe._rates_for.cache_clear()
+    monkeypatch.setattr(operations, "op_rates", op_rates)
+    monkeypatch.setattr(policy, "cpu_flags", lambda: frozenset({"avx512_bf16"}))
+    operations._rates_for.cache_clear()
     yield calls
-    precision_probe._rates_for.cache_clear()
+    operations._rates_for.cache_clear()
 
 
 def _forged(probe_cache):
     """The cache file of this key, rewritten with forged rates that favour float32."""
     precision.choose()
-    precision_probe._rates_for.cache_clear()
+    operations._rates_for.cache_clear()
     (path,) = probe_cache.glob("op_rates-*.json")
-    stored = precision_probe.json.loads(path.read_text())
+    stored = operations.json.loads(path.read_text())
     stored["rates"] = {"float32": 1e15, "mixed_bfloat16": 1e9}  # "1000000.00x float32"
-    path.write_text(precision_probe.json.dumps(stored))
+    path.write_text(operations.json.dumps(stored))
     os.chmod(path, 0o600)
     return path
 

@@ -279,9 +279,9 @@ def test_no_software_fix_only_after_precision_was_measured_and_lost():
 
 
 def test_the_doctor_times_each_precision_the_hardware_offers(monkeypatch):
-    from tfaccel import precision
+    from tfaccel.choices import policy
 
-    monkeypatch.setattr(precision, "cpu_flags", lambda: frozenset({"avx512_bf16"}))
+    monkeypatch.setattr(policy, "cpu_flags", lambda: frozenset({"avx512_bf16"}))
     trainer, data = trainer_and_data()
     trainer.fit(data, epochs=1, verbose=0)
     before = state(trainer)

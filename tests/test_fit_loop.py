@@ -11,10 +11,10 @@ import keras
 import pytest
 import tensorflow as tf
 
+from tfaccel.choices.loop_size import LoopSizer
 from tfaccel.data.assembly.feed import Feed
 from tfaccel.train.loop.faults import PreemptionWatcher
 from tfaccel.train.loop.fit_loop import FitLoop, Schedule
-from tfaccel.train.loop.loop_size import LoopSizer
 from tfaccel.train.state.policies import Checkpointing, FaultPolicy
 from tfaccel.train.step.runner_interface import LoopResult, Position
 

@@ -6,8 +6,8 @@ import pytest
 import tensorflow as tf
 
 import tfaccel
-from tfaccel.train.loop import loop_size
-from tfaccel.train.loop.loop_size import LoopSizer, choose
+from tfaccel.choices import loop_size
+from tfaccel.choices.loop_size import LoopSizer, choose
 
 
 def overhead_share(overhead, step, n):

@@ -8,7 +8,7 @@ import tensorflow as tf
 import tfaccel
 from tfaccel import callbacks as cb
 from tfaccel import tuning
-from tfaccel.train.loop.loop_size import LoopSizer, needs_batches
+from tfaccel.choices.loop_size import LoopSizer, needs_batches
 
 
 class PerBatchRate(keras.callbacks.Callback):

@@ -8,9 +8,9 @@ import pytest
 import tensorflow as tf
 
 import tfaccel
-from tfaccel import precision, precision_probe
+from tfaccel import precision
+from tfaccel.choices import copies, operations, policy, step_policy, timing
 from tfaccel.devices import GPU
-from tfaccel.train.step import precision_step
 
 X = np.random.default_rng(0).random((256, 12), dtype=np.float32)
 Y = (X.sum(axis=1) > 6).astype(np.int32)
@@ -86,9 +86,9 @@ def test_a_cpu_without_bf16_flags_probes_nothing(monkeypatch):
     def no_probe(*args, **kwargs):
         raise AssertionError("probed")
 
-    monkeypatch.setattr(precision, "cpu_flags", lambda: frozenset({"avx2", "fma"}))
-    monkeypatch.setattr(precision_probe, "op_rates", no_probe)
-    monkeypatch.setattr(precision_step, "time_policies", no_probe)
+    monkeypatch.setattr(policy, "cpu_flags", lambda: frozenset({"avx2", "fma"}))
+    monkeypatch.setattr(operations, "op_rates", no_probe)
+    monkeypatch.setattr(timing, "time_policies", no_probe)
     choice = precision.choose()
     assert choice.policy == "float32" and "no bf16" in choice.reason and not choice.rates
     t = trainer(precision="auto")
@@ -98,20 +98,20 @@ def test_a_cpu_without_bf16_flags_probes_nothing(monkeypatch):
 
 
 def test_the_operation_probe_measures_each_candidate_once_per_process(monkeypatch):
-    monkeypatch.setattr(precision, "cpu_flags", lambda: frozenset({"avx512_bf16"}))
+    monkeypatch.setattr(policy, "cpu_flags", lambda: frozenset({"avx512_bf16"}))
     built = []
-    real_ops = precision_probe._ops
+    real_ops = operations._ops
 
     def counting_ops(dtype):
         built.append(dtype.name)
         return real_ops(dtype)
 
-    monkeypatch.setattr(precision_probe, "_ops", counting_ops)
-    precision_probe.op_rates.cache_clear()  # the module's own cache, as a new process has it
+    monkeypatch.setattr(operations, "_ops", counting_ops)
+    operations.op_rates.cache_clear()  # the module's own cache, as a new process has it
     try:
         first, second = precision.choose(), precision.choose()
     finally:
-        precision_probe.op_rates.cache_clear()
+        operations.op_rates.cache_clear()
     assert built == ["float32", "bfloat16"]  # measured once: the second choice is cached
     assert set(first.rates) == {"float32", "mixed_bfloat16"} and first.unit == "FLOP/s"
     assert first == second and "measured on a 1024x1024 matmul" in first.reason
@@ -140,9 +140,9 @@ def forced(policy):
 def test_a_fit_with_the_probe_equals_a_fit_with_the_chosen_policy_given_by_hand(
     monkeypatch, winner
 ):
-    monkeypatch.setattr(precision, "cpu_flags", lambda: frozenset({"amx_bf16"}))
-    monkeypatch.setattr(precision, "decide", forced(winner))
-    monkeypatch.setattr(precision_step, "too_short", lambda *args: None)  # 16 steps: timed
+    monkeypatch.setattr(policy, "cpu_flags", lambda: frozenset({"amx_bf16"}))
+    monkeypatch.setattr(policy, "decide", forced(winner))
+    monkeypatch.setattr(step_policy, "too_short", lambda *args: None)  # 16 steps: timed
     seed(3)
     auto = trainer(precision="auto")
     auto_history = auto.fit(data(), epochs=2, verbose=0).history
@@ -165,7 +165,7 @@ def test_a_fit_with_the_probe_equals_a_fit_with_the_chosen_policy_given_by_hand(
 
 def test_the_copy_under_a_policy_keeps_weights_and_a_float32_head():
     model = build()
-    copy = precision_step.under(model, "mixed_bfloat16")
+    copy = copies.under(model, "mixed_bfloat16")
     assert [layer.dtype_policy.name for layer in copy.layers] == ["mixed_bfloat16", "float32"]
     assert all(w.dtype == "float32" for w in copy.weights)
     for a, b in zip(weights(model), weights(copy), strict=True):
@@ -180,7 +180,7 @@ def test_the_copy_under_a_policy_keeps_weights_and_a_float32_head():
 def test_the_copy_s_weights_are_its_own_values_not_shared(mirrored, policy):
     with mirrored.scope():
         model = build()
-        copy = precision_step.under(model, policy)
+        copy = copies.under(model, policy)
     assert copy.layers[0].kernel.dtype == keras.DTypePolicy(policy).variable_dtype  # head: f32
     for a, b in zip(weights(model), weights(copy), strict=True):
         np.testing.assert_allclose(b.astype("float32"), a, rtol=1e-2)  # bfloat16: rounded
@@ -194,7 +194,7 @@ def test_the_copy_s_weights_are_its_own_values_not_shared(mirrored, policy):
 def test_a_copy_whose_weights_do_not_pair_up_says_so():
     wider = keras.Sequential([keras.Input((12,)), keras.layers.Dense(33), keras.layers.Dense(2)])
     with pytest.raises(ValueError, match="could not be copied"):
-        precision_step.under(build(), "mixed_bfloat16", builder=lambda: wider)
+        copies.under(build(), "mixed_bfloat16", builder=lambda: wider)
 
 
 def test_a_compiled_model_is_trained_as_a_copy_and_gets_its_weights_back():
@@ -234,14 +234,14 @@ def test_bad_policies_keep_their_clear_messages(monkeypatch):
 def fake_op_rates(monkeypatch, bf16_gain):
     rates = {"float32": 1e9, "mixed_bfloat16": bf16_gain * 1e9}
     choice = precision.decide(rates, "FLOP/s", "fake operations")
-    monkeypatch.setattr(precision, "choose", lambda *args, **kwargs: choice)
+    monkeypatch.setattr(policy, "choose", lambda *args, **kwargs: choice)
 
 
 @pytest.mark.parametrize(("gain", "steps", "timed"), [(1.1, 16, False), (1.1, 1000, True)])
 def test_the_probe_runs_only_on_a_job_long_enough_to_pay_it_back(monkeypatch, gain, steps, timed):
     """A 1.1x gain saves 9 % of a step: the 10 probe steps pay back from 110 steps up."""
     fake_op_rates(monkeypatch, gain)
-    monkeypatch.setattr(precision, "candidates", lambda: (["float32", "mixed_bfloat16"], "x"))
+    monkeypatch.setattr(policy, "candidates", lambda: (["float32", "mixed_bfloat16"], "x"))
     calls = []
 
     def no_probe(*args, **kwargs):
@@ -253,20 +253,20 @@ def test_the_probe_runs_only_on_a_job_long_enough_to_pay_it_back(monkeypatch, ga
             "seconds": 0.0,
         }
 
-    monkeypatch.setattr(precision_step, "time_policies", no_probe)
-    choice = precision_step.choose(build(), None, None, None, job_steps=steps)
+    monkeypatch.setattr(timing, "time_policies", no_probe)
+    choice = step_policy.choose(build(), None, None, None, job_steps=steps)
     assert bool(calls) is timed
     if not timed:
         assert choice.policy == "float32" and "too short" in choice.reason
         assert "from 110 steps up" in choice.reason
-    assert precision_step.too_short(["float32", "mixed_bfloat16"], None) is None
+    assert step_policy.too_short(["float32", "mixed_bfloat16"], None) is None
 
 
 def test_a_short_fit_keeps_its_policy_without_timing_the_model(monkeypatch):
     fake_op_rates(monkeypatch, 1.1)
-    monkeypatch.setattr(precision, "cpu_flags", lambda: frozenset({"amx_bf16"}))
+    monkeypatch.setattr(policy, "cpu_flags", lambda: frozenset({"amx_bf16"}))
     timed = []
-    monkeypatch.setattr(precision_step, "time_policies", lambda *a, **k: timed.append(1))
+    monkeypatch.setattr(timing, "time_policies", lambda *a, **k: timed.append(1))
     t = trainer(precision="auto")
     t.fit(data(), epochs=2, verbose=0)  # 16 steps
     assert not timed and t.model.dtype_policy.name == "float32"
@@ -275,9 +275,9 @@ def test_a_short_fit_keeps_its_policy_without_timing_the_model(monkeypatch):
 
 def test_a_short_fit_takes_the_operations_pick_when_it_is_far_faster(monkeypatch):
     fake_op_rates(monkeypatch, 2.5)
-    monkeypatch.setattr(precision, "cpu_flags", lambda: frozenset({"amx_bf16"}))
+    monkeypatch.setattr(policy, "cpu_flags", lambda: frozenset({"amx_bf16"}))
     timed = []
-    monkeypatch.setattr(precision_step, "time_policies", lambda *a, **k: timed.append(1))
+    monkeypatch.setattr(timing, "time_policies", lambda *a, **k: timed.append(1))
     t = trainer(precision="auto")
     t.fit(data(), epochs=1, verbose=0)  # 8 steps: the probe's 10 cannot pay back
     assert not timed and t.model.dtype_policy.name == "mixed_bfloat16"
@@ -294,31 +294,31 @@ def test_the_workers_of_a_multi_worker_job_decide_from_the_same_operation_rates(
         {"float32": 1.0e9, "mixed_bfloat16": 1.2e9},
         {"float32": 0.9e9, "mixed_bfloat16": 2.0e9},
     ]
-    monkeypatch.setattr(precision, "candidates", lambda: (["float32", "mixed_bfloat16"], "x"))
-    monkeypatch.setattr(precision_step, "is_multi_worker", lambda strategy: True)
+    monkeypatch.setattr(policy, "candidates", lambda: (["float32", "mixed_bfloat16"], "x"))
+    monkeypatch.setattr(step_policy, "is_multi_worker", lambda strategy: True)
     timed, measured = [], {"float32": 1.0, "mixed_bfloat16": 3.0}
     monkeypatch.setattr(
-        precision_step,
+        timing,
         "time_policies",
         lambda *a, **k: timed.append(1) or dict(rates=measured, rounds=3, steps=1, seconds=0),
     )
     alone, agreed = [], []
     for me, other in ((0, 1), (1, 0)):
         mine = precision.decide(readings[me], "FLOP/s", "this worker's operations")
-        monkeypatch.setattr(precision, "choose", lambda *a, mine=mine, **k: mine)
-        alone.append(precision_step.by_operations("float32", "short").policy)
+        monkeypatch.setattr(policy, "choose", lambda *a, mine=mine, **k: mine)
+        alone.append(step_policy.by_operations("float32", "short").policy)
         others = iter(readings[other][p] for p in sorted(readings[other]))
-        monkeypatch.setattr(precision_step, "agree", lambda s, v, o=others: max(v, next(o)))
-        ops = precision_step.operations(strategy=object())
+        monkeypatch.setattr(step_policy, "agree", lambda s, v, o=others: max(v, next(o)))
+        ops = step_policy.operations_choice(strategy=object())
         assert ops.rates == {"float32": 1.0e9, "mixed_bfloat16": 2.0e9}
         for steps in (8, 10_000):
             others = iter(readings[other][p] for p in sorted(readings[other]))
-            monkeypatch.setattr(precision_step, "agree", lambda s, v, o=others: max(v, next(o)))
-            agreed.append(precision_step.choose(build(), None, object(), None, job_steps=steps))
+            monkeypatch.setattr(step_policy, "agree", lambda s, v, o=others: max(v, next(o)))
+            agreed.append(step_policy.choose(build(), None, object(), None, job_steps=steps))
     assert alone == ["float32", "mixed_bfloat16"]  # what each would have done on its own
     short, long = agreed[0::2], agreed[1::2]
     assert [c.policy for c in short] == ["mixed_bfloat16"] * 2
     assert all("by the operations' rates, 2.00x" in c.reason for c in short)
     assert [c.policy for c in long] == ["mixed_bfloat16"] * 2 and timed == [1, 1]
-    monkeypatch.setattr(precision_step, "is_multi_worker", lambda strategy: False)
-    assert precision_step.operations(object()).rates == readings[1]  # one worker: its own
+    monkeypatch.setattr(step_policy, "is_multi_worker", lambda strategy: False)
+    assert step_policy.operations_choice(object()).rates == readings[1]  # one worker: its own

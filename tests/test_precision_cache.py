@@ -6,7 +6,8 @@ import json
 import pytest
 import tensorflow as tf
 
-from tfaccel import precision, precision_probe
+from tfaccel import precision
+from tfaccel.choices import operations, policy
 
 POLICIES = ("float32", "mixed_bfloat16")
 
@@ -16,19 +17,19 @@ def probe(monkeypatch):
     """A counting stand-in for the measurement; each call a new process's (no memory)."""
     calls = []
 
-    def op_rates(policies, budget_s=precision_probe.BUDGET_S):
+    def op_rates(policies, budget_s=operations.BUDGET_S):
         calls.append(tuple(policies))
         return {p: 1e9 * (2.0 if "bfloat16" in p else 1.0) for p in policies}
 
-    monkeypatch.setattr(precision_probe, "op_rates", op_rates)
-    monkeypatch.setattr(precision, "cpu_flags", lambda: frozenset({"avx512_bf16"}))
-    precision_probe._rates_for.cache_clear()
+    monkeypatch.setattr(operations, "op_rates", op_rates)
+    monkeypatch.setattr(policy, "cpu_flags", lambda: frozenset({"avx512_bf16"}))
+    operations._rates_for.cache_clear()
     yield calls
-    precision_probe._rates_for.cache_clear()
+    operations._rates_for.cache_clear()
 
 
 def new_process():
-    precision_probe._rates_for.cache_clear()
+    operations._rates_for.cache_clear()
 
 
 def cache_files(directory):
@@ -52,19 +53,19 @@ def test_the_rates_are_written_and_a_new_process_reads_them(probe, probe_cache):
 def test_the_cache_directory_is_the_environment_s_or_the_home_one(
     monkeypatch, tmp_path, probe_cache
 ):
-    assert precision_probe.cache_dir() == probe_cache  # the tests' own (conftest)
-    monkeypatch.delenv(precision_probe.CACHE_ENV)
+    assert operations.cache_dir() == probe_cache  # the tests' own (conftest)
+    monkeypatch.delenv(operations.CACHE_ENV)
     monkeypatch.setenv("HOME", str(tmp_path))
-    assert precision_probe.cache_dir() == tmp_path / ".cache" / "tfaccel"
+    assert operations.cache_dir() == tmp_path / ".cache" / "tfaccel"
 
 
 @pytest.mark.parametrize(
     "change",
     [
         lambda mp: mp.setattr(tf, "__version__", "0.0.1-another"),
-        lambda mp: mp.setattr(precision, "machine", lambda: {"host": "another", "gpus": []}),
-        lambda mp: mp.setattr(precision, "cpu_flags", lambda: frozenset({"amx_bf16"})),
-        lambda mp: mp.setattr(precision_probe, "VERSION", precision_probe.VERSION + 1),
+        lambda mp: mp.setattr(policy, "machine", lambda: {"host": "another", "gpus": []}),
+        lambda mp: mp.setattr(policy, "cpu_flags", lambda: frozenset({"amx_bf16"})),
+        lambda mp: mp.setattr(operations, "VERSION", operations.VERSION + 1),
     ],
     ids=["tensorflow", "machine", "cpu_flags", "probe"],
 )
@@ -112,7 +113,7 @@ def test_a_file_whose_key_or_rates_do_not_match_is_not_read(probe, probe_cache):
 def test_an_unwritable_cache_costs_a_measurement_not_an_error(probe, monkeypatch, tmp_path):
     blocked = tmp_path / "a-file"
     blocked.write_text("")
-    monkeypatch.setenv(precision_probe.CACHE_ENV, str(blocked / "below"))
+    monkeypatch.setenv(operations.CACHE_ENV, str(blocked / "below"))
     assert precision.choose().policy == "mixed_bfloat16"
     new_process()
     precision.choose()
@@ -120,10 +121,10 @@ def test_an_unwritable_cache_costs_a_measurement_not_an_error(probe, monkeypatch
 
 
 def test_a_short_fit_s_choice_says_the_rates_came_from_the_cache(probe):
-    from tfaccel.train.step import precision_step
+    from tfaccel.choices import step_policy
 
     precision.choose()
     new_process()
-    choice = precision_step.by_operations("float32", "a job of 12 steps is too short")
+    choice = step_policy.by_operations("float32", "a job of 12 steps is too short")
     assert choice.policy == "mixed_bfloat16" and "read from the cache" in choice.reason
     assert len(probe) == 1

@@ -8,9 +8,9 @@ import pytest
 import tensorflow as tf
 
 import tfaccel
-from tfaccel import precision
-from tfaccel.train.setup import xla_choice
-from tfaccel.train.step.passes import GradientLoops
+from tfaccel.choices import policy, timing
+from tfaccel.choices import xla as xla_choice
+from tfaccel.choices.passes import GradientLoops
 
 X = np.random.default_rng(0).random((256, 12), dtype=np.float32)
 Y = (X.sum(axis=1) > 6).astype(np.int32)
@@ -116,7 +116,7 @@ def test_a_short_job_is_not_measured_and_says_from_what_size_it_would_be(monkeyp
     def no_probe(*args, **kwargs):
         raise AssertionError("timed")
 
-    monkeypatch.setattr(xla_choice.precision_step, "time_steps", no_probe)
+    monkeypatch.setattr(timing, "time_steps", no_probe)
     t = trainer()
     t.fit(data(), epochs=1, steps_per_epoch=40, verbose=0)
     assert t.jit_compile is False
@@ -150,7 +150,7 @@ def readings(rates, losses, dropped=None):
 
 
 def test_precision_and_xla_are_decided_together(monkeypatch):
-    monkeypatch.setattr(precision, "cpu_flags", lambda: frozenset({"amx_bf16"}))
+    monkeypatch.setattr(policy, "cpu_flags", lambda: frozenset({"amx_bf16"}))
     f32, bf16 = "float32", "mixed_bfloat16"
     rates = {(f32, False): 100.0, (f32, True): 104.0, (bf16, False): 101.0, (bf16, True): 130.0}
     losses = {(f32, False): 0.7, (f32, True): 0.7, (bf16, False): 0.701, (bf16, True): 0.703}

@@ -218,10 +218,10 @@ def check_memory_growth(ctx: Context) -> Found:
 
 
 def check_precision_choice(ctx: Context) -> Found:
-    from tfaccel import precision
+    from tfaccel.choices import policy
 
-    policies = precision.candidates()[0]
-    choice = precision.choose()
+    policies = policy.candidates()[0]
+    choice = policy.choose()
     if len(policies) == 1:
         ran = "one candidate (float32): nothing to time"
     else:
@@ -252,9 +252,9 @@ def check_loss_scaling(ctx: Context) -> Found:
     import keras
     import numpy as np
 
-    from tfaccel import precision
+    from tfaccel.choices import policy
 
-    fp16 = precision.candidates()[0]
+    fp16 = policy.candidates()[0]
     if "mixed_float16" in fp16:
         ran = "float16 hardware"
     elif ctx.gpus:
@@ -306,17 +306,13 @@ def check_xla(ctx: Context) -> Found:
 
 def _xla_speed(trainer, ctx: Context) -> str:
     """XLA's speed on the tiny job's passes, timed as `Trainer(jit_compile="auto")` times it."""
+    from tfaccel.choices import xla
     from tfaccel.data.assembly.feed import Feed
-    from tfaccel.train.step import precision_step
 
     policy = trainer.model.dtype_policy.name
-    pair = [(policy, False), (policy, True)]
     feed = Feed(ctx.data(None), trainer.strategy)
-    timed = precision_step.time_steps(trainer.model, trainer.loss, trainer.strategy, feed, pair)
-    if (policy, True) in timed["dropped"]:
-        return timed["dropped"][(policy, True)]
-    gain = timed["rates"][(policy, True)] / timed["rates"][(policy, False)]
-    return f"its passes {gain:.2f}x the plain ones' speed"
+    gain, why = xla.speedup(trainer.model, trainer.loss, trainer.strategy, feed, policy)
+    return why if gain is None else f"its passes {gain:.2f}x the plain ones' speed"
 
 
 def check_mirrored(ctx: Context) -> Found:

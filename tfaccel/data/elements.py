@@ -20,6 +20,13 @@ def name(fn: Callable) -> str:
     return getattr(fn, "__name__", type(fn).__name__)
 
 
+def unpack(data: Any) -> tuple:
+    """Splits an element into `(x, y, sample_weight)` (None without a weight)."""
+    if len(data) == 3:
+        return data
+    return data[0], data[1], None
+
+
 def is_pair(element_spec: Any) -> bool:
     """Whether a dataset's elements are `(features, label)` pairs."""
     return isinstance(element_spec, tuple) and len(element_spec) == 2

@@ -7,8 +7,9 @@ import time
 
 import keras
 
-from tfaccel import precision
 from tfaccel.callbacks import peak
+from tfaccel.choices import policy as dtype_policies
+from tfaccel.choices import timing, xla
 from tfaccel.data.assembly.feed import Feed
 from tfaccel.data.assembly.plan import graph_stages, missing
 from tfaccel.data.iterators import adopt
@@ -25,7 +26,6 @@ from tfaccel.doctor.phases import (
 from tfaccel.doctor.report import Report
 from tfaccel.doctor.snapshot import Snapshot
 from tfaccel.train.setup import inputs
-from tfaccel.train.step import precision_step
 from tfaccel.train.step.losses import PerExampleLoss
 from tfaccel.train.step.runner import Runner
 
@@ -65,7 +65,7 @@ def diagnose(
     - **memory**: the allocator's peak on a GPU (against its memory), the process's
       peak RSS on a CPU (against the host's RAM);
     - precision: the forward and backward passes under each dtype policy this hardware
-      offers (`precision.candidates`; none to time on a CPU without bf16 or fp16
+      offers (`choices.policy.candidates`; none to time on a CPU without bf16 or fp16
       instructions), against the current one;
     - on a CPU, this machine's matmul peak (in the fastest precision) and the model's
       FLOPs, for the compute line;
@@ -289,15 +289,15 @@ def _measure_input_fixes(
 
 def _measure_precision(job: _Job, feed: Feed, measured: rules.Measured) -> list[str]:
     """Sets `measured.precision_rates`: the passes under each policy this hardware offers
-    (`precision.candidates`), the current one first; and the matmul peak of the best."""
-    policies, measured.precision_why = precision.candidates()
+    (`choices.policy.candidates`), the current one first; and the matmul peak of the best."""
+    policies, measured.precision_why = dtype_policies.candidates()
     current = measured.dtype_policy
     others = [p for p in policies if p != current]
     if not others:
         return []
     runner = job.runner
     try:
-        timed = precision_step.time_policies(
+        timed = timing.time_policies(
             runner.model, runner.loss, runner.strategy, feed, [current, *others]
         )
     except ValueError as error:  # a model that cannot be copied under another policy
@@ -314,18 +314,18 @@ def _measure_precision(job: _Job, feed: Feed, measured: rules.Measured) -> list[
 
 def _measure_xla(job: _Job, feed: Feed, measured: rules.Measured) -> list[str]:
     """Sets `measured.xla_speedup`: the passes with ÷ without jit_compile, timed as
-    `Trainer(jit_compile="auto")` times them (`precision_step.time_steps`: copies of the
+    `Trainer(jit_compile="auto")` times them (`choices.xla.speedup`: copies of the
     model, one cached batch, alternating rounds)."""
-    runner, policy = job.runner, measured.dtype_policy
-    pair = [(policy, False), (policy, True)]
+    runner = job.runner
     try:
-        timed = precision_step.time_steps(runner.model, runner.loss, runner.strategy, feed, pair)
+        gain, why = xla.speedup(
+            runner.model, runner.loss, runner.strategy, feed, measured.dtype_policy
+        )
     except ValueError as error:  # a model that cannot be copied
         return [f"XLA (deep=True): not measured ({error})"]
-    if (policy, True) in timed["dropped"]:
-        why = timed["dropped"][(policy, True)]
+    if gain is None:
         return [f"XLA (deep=True): the model's passes do not compile with XLA: {why}"]
-    measured.xla_speedup = timed["rates"][(policy, True)] / timed["rates"][(policy, False)]
+    measured.xla_speedup = gain
     return []
 
 

@@ -6,6 +6,7 @@ the modelled step with a fix) is in `verdict`.
 
 from __future__ import annotations
 
+from tfaccel.choices import loop_size
 from tfaccel.data.assembly.plan import missing
 from tfaccel.doctor.service_fix import service_fixes
 from tfaccel.doctor.verdict import (
@@ -25,7 +26,6 @@ from tfaccel.doctor.verdict import (
     verdict,
     worth_listing,
 )
-from tfaccel.train.loop import loop_size
 
 
 def input_fixes(m: Measured) -> list[Fix]:

@@ -15,8 +15,8 @@ import time
 
 import tensorflow as tf
 
-from tfaccel.train.loop.agreement import agree, is_multi_worker  # noqa: F401 - this module's API
-from tfaccel.train.step.passes import GradientLoops  # noqa: F401 - this module's API
+from tfaccel.choices.agreement import agree, is_multi_worker  # noqa: F401 - this module's API
+from tfaccel.choices.passes import GradientLoops  # noqa: F401 - this module's API
 
 
 class CoresBusy:

@@ -10,10 +10,10 @@ import statistics
 import tensorflow as tf
 
 from tfaccel.callbacks import peak
+from tfaccel.choices import loop_size
 from tfaccel.data.assembly.feed import Feed
 from tfaccel.data.iterators import adopt
 from tfaccel.doctor import machine, measure
-from tfaccel.train.loop import loop_size
 
 MIN_WINDOW_S, MAX_WINDOW_S = 0.05, 1.0  # each timed measurement, per round
 

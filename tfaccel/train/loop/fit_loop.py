@@ -31,13 +31,14 @@ import warnings
 import keras
 import tensorflow as tf
 
+from tfaccel.choices import agreement
+from tfaccel.choices.loop_size import LoopSizer
 from tfaccel.data import iterators
 from tfaccel.data.assembly.feed import INFINITE, Feed
 from tfaccel.data.order import augment_seeds
 from tfaccel.data.service.stage import RESUME_NOTE
-from tfaccel.train.loop import agreement, faults
+from tfaccel.train.loop import faults
 from tfaccel.train.loop.faults import PreemptionWatcher, TrainingDivergedError
-from tfaccel.train.loop.loop_size import LoopSizer
 from tfaccel.train.loop.progress import ProgressBar
 from tfaccel.train.state import hyperparameters
 from tfaccel.train.state.checkpoint import ITERATOR_KEYS, POSITION_KEYS, CheckpointState

@@ -22,7 +22,7 @@ import collections
 
 import tensorflow as tf
 
-from tfaccel.train.loop.agreement import is_multi_worker
+from tfaccel.choices.agreement import is_multi_worker
 from tfaccel.train.step import traces
 
 EAGER_LOOPS = 16  # eager reads before the traced one, on one worker with several replicas

@@ -22,6 +22,7 @@ import time
 import keras
 import tensorflow as tf
 
+from tfaccel.choices.copies import build_symbolically
 from tfaccel.train.state import hyperparameters
 from tfaccel.train.step.loop_stats import LoopStats
 from tfaccel.train.step.losses import PerExampleLoss, loss_scale_of
@@ -410,23 +411,3 @@ def _check_model_scope(model: keras.Model, strategy: tf.distribute.Strategy) -> 
             "`with strategy.scope():`, or pass a function that builds it: "
             "Trainer(build_model, ...)."
         )
-
-
-def build_symbolically(model: keras.Model, x_spec) -> None:
-    """Creates every variable before the optimizer is built, as `model.fit` does.
-
-    Calling the model on symbolic inputs builds what `model.build(shape)` cannot: the
-    sublayers of a subclassed model without a `build()` method (`build()` marks such a
-    model built with no weights), created on first call.
-    """
-    symbolic = tf.nest.map_structure(
-        lambda s: keras.KerasTensor(s.shape, dtype=s.dtype.name), x_spec
-    )
-    try:
-        model(symbolic)
-    except Exception as error:  # noqa: BLE001 - re-raised with what to do
-        raise ValueError(
-            f"Could not build {type(model).__name__} on inputs {x_spec}: {error}. Build the "
-            "model before training (call it once on a batch, or give it a build() method that "
-            "creates its layers' weights)."
-        ) from error

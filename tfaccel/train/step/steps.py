@@ -8,19 +8,13 @@ import re
 
 import tensorflow as tf
 
+from tfaccel.data.elements import unpack
 from tfaccel.train.step import traces
 from tfaccel.train.step.losses import PerExampleLoss
 
 # The replica steps hold no tensor-dependent Python control flow: traced as written, not
 # converted by AutoGraph (as `model.fit`'s steps), which would cost seconds at the first trace.
 _plain = tf.autograph.experimental.do_not_convert
-
-
-def unpack(data):
-    """Splits an element into `(x, y, sample_weight)`."""
-    if len(data) == 3:
-        return data
-    return data[0], data[1], None
 
 
 class StepLoops:

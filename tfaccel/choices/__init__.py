@@ -1,0 +1,1 @@
+"""tfaccel's measured choices: one protocol (`Choice`), one home."""

@@ -1,0 +1,167 @@
+"""`Trainer(..., jit_compile="auto")`: XLA measured on the model's own step, as precision is.
+
+XLA pays on some models and costs on others (on this project's CPUs a dense MLP ran
+2.75x faster with it, a CNN 0.66x), so "auto" times the model's forward and backward
+passes with and without it, with the step probe (`timing`): copies of the model, one
+cached batch, a warm-up, alternating rounds within 5 % of an epoch, and Python's,
+NumPy's and TensorFlow's random states and the data's position left as they were. XLA is
+chosen only when it is `MIN_GAIN` (5 %) faster and its loss on the cached batch equals the
+plain step's within `tolerance(policy)` × max(1, |loss|).
+
+XLA's compilation is the probe's big cost, so the whole probe is bounded by `SHARE` of
+the job (epochs × steps): it is not run when its least cost (`PROBE_STEPS` steps per
+candidate) could not fit, nor when the plain steps' first readings project more (their
+tracing stands in for the compilation, which takes at least as long). A model XLA cannot
+compile (a `py_function`, a string op) stays un-jitted with the ops XLA named.
+
+With `precision="auto"` too, every policy is timed with and without XLA: a policy's step
+is its faster one (XLA only where it won as above), and `policy.decide` picks the
+policy from those, so a bfloat16 + XLA step is a candidate (`decide`; `resolve` runs it).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import keras
+from tensorflow.python.framework import config as tf_config
+
+from tfaccel.choices import policy as dtype_policies
+from tfaccel.choices import timing
+from tfaccel.choices.choice import Choice
+from tfaccel.choices.policy import PolicyChoice
+
+SHARE = timing.SHARE  # the whole probe, compilation included: this share of the job
+PROBE_STEPS = 2 + timing.ROUNDS  # per candidate, at least: warm-up and timed rounds
+MIN_GAIN = dtype_policies.MIN_GAIN
+LOSS_TOLERANCE = {"32-bit": 1e-3, "16-bit": 2e-2}
+"""Relative loss difference (× max(1, |loss|)) within which XLA's step counts as equal."""
+
+
+def tolerance(policy: str) -> float:
+    """The loss tolerance of `policy`: 16-bit compute rounds at 2-3 significant digits."""
+    bits = "16-bit" if "16" in keras.DTypePolicy(policy).compute_dtype else "32-bit"
+    return LOSS_TOLERANCE[bits]
+
+
+@dataclasses.dataclass(frozen=True)
+class XlaChoice(Choice):
+    """Whether the Trainer's step is compiled with XLA, why, and what was measured (a
+    `Choice` whose value is `jit_compile`).
+
+    `rates` (the figures) holds the chosen policy's step without ("plain") and with
+    ("XLA") XLA, in examples/s; empty when nothing was timed.
+    """
+
+    unit: str = "examples/s"
+
+    @property
+    def jit_compile(self) -> bool:
+        """Whether the step is compiled with XLA (the value)."""
+        return bool(self.value)
+
+
+def unsupported_jit_layers(model) -> list[str]:
+    """Names of the model (e.g. a `PipelineModel`) or its layers with `supports_jit = False`."""
+    return [
+        layer.name
+        for layer in model._flatten_layers(include_self=True)
+        if not getattr(layer, "supports_jit", True)
+    ]
+
+
+def not_measured(model, steps: int | None, policies: int) -> str | None:
+    """Why XLA is not timed at all, known before anything runs (None: time it)."""
+    bad = unsupported_jit_layers(model)
+    if bad:
+        return f"layer(s) {bad} do not support XLA (supports_jit=False)"
+    if tf_config.is_op_determinism_enabled():  # not in tf.config's public names
+        return "op determinism is enabled, and XLA's kernels are not all deterministic"
+    if steps is None:
+        return "the job's length is unknown (pass steps_per_epoch)"
+    least = 2 * policies * PROBE_STEPS
+    if steps * SHARE < least:
+        return (
+            f"a job of {steps} steps is too short: the probe takes at least {least} steps and "
+            f"XLA's compilation, more than {SHARE:.0%} of it; from {math.ceil(least / SHARE)} "
+            "steps up it is measured"
+        )
+    return None
+
+
+def admit(first: dict, steps: int, epoch_steps: int | None, spent_s: float) -> str | None:
+    """Why the jitted candidates are not compiled, from the plain ones' first readings
+    ({candidate: (first call s, step s)}): the probe they project exceeds `SHARE` of the
+    job. None: compile them."""
+    step_s = next(iter(first.values()))[1]
+    traces = sum(max(call - step, 0.0) for call, step in first.values())  # ~ the compiles
+    rounds = max(SHARE * step_s * (epoch_steps or 0), timing.FLOOR_S)
+    rounds = max(rounds, timing.ROUNDS * 2 * len(first) * step_s)
+    projected = spent_s + traces + 2 * len(first) * step_s + rounds  # + the jitted warm-ups
+    if step_s <= 0 or projected <= SHARE * steps * step_s:
+        return None
+    threshold = math.ceil(projected / (SHARE * step_s))
+    return (
+        f"declined: the first readings project a probe of {projected:.2g} s, more than "
+        f"{SHARE:.0%} of the job ({steps} steps of {step_s * 1e3:.3g} ms); from "
+        f"{threshold:,} steps up it is measured"
+    )
+
+
+def verdict(policy: str, measured: dict) -> tuple[bool, str]:
+    """Whether `policy`'s step is jitted: XLA compiled, `MIN_GAIN` faster, equal loss."""
+    rates, losses = measured["rates"], measured["losses"]
+    if (policy, True) in measured["dropped"]:
+        return False, measured["dropped"][(policy, True)]
+    gain = rates[(policy, True)] / rates[(policy, False)]
+    plain, jitted = losses[(policy, False)], losses[(policy, True)]
+    difference, bound = abs(jitted - plain), tolerance(policy) * max(1.0, abs(plain))
+    if not difference <= bound:  # a NaN loss is not equal either
+        return False, (
+            f"XLA's loss {jitted:.6g} differs from the plain step's {plain:.6g} by "
+            f"{difference:.2g} > {bound:.2g} ({tolerance(policy):g} x max(1, |loss|))"
+        )
+    equal = f"loss equal (|diff| {difference:.2g} <= {bound:.2g})"
+    if gain < MIN_GAIN:
+        return False, f"XLA only {gain:.2f}x the plain step (< {MIN_GAIN}x), {equal}"
+    return True, f"XLA {gain:.2f}x the plain step (>= {MIN_GAIN}x), {equal}"
+
+
+def decide(measured: dict, policies: list[str], precision_open: bool) -> tuple:
+    """`(PolicyChoice or None, XlaChoice)` from `timing.time_steps`' readings: XLA per
+    policy (`verdict`), then the policy from each one's faster step."""
+    rates, cost = measured["rates"], measured["seconds"]
+    what = (
+        f"the model's passes, {measured['rounds']} rounds of {measured['steps']} step(s); "
+        f"probe {cost:.1f} s"
+    )
+    verdicts = {p: verdict(p, measured) for p in policies}
+    step_rates = {p: rates[(p, verdicts[p][0])] for p in policies}
+    chosen = None
+    if precision_open and len(policies) > 1:
+        each = what.replace("passes,", "passes (each policy's with XLA where XLA won),", 1)
+        chosen = dtype_policies.decide(step_rates, "examples/s", each)
+        chosen = dataclasses.replace(chosen, cost_s=cost)
+    elif precision_open:
+        chosen = PolicyChoice(policies[0], dtype_policies.candidates()[1])
+    policy = chosen.policy if chosen is not None else policies[0]
+    jit, why = verdicts.get(policy, (False, f"{policy} was not timed"))
+    pairs = (("plain", (policy, False)), ("XLA", (policy, True)))
+    figures = {k: rates[c] for k, c in pairs if c in rates}
+    return chosen, XlaChoice(jit, f"{why}; measured on {what}", figures, cost_s=cost)
+
+
+def speedup(model, loss, strategy, feed, policy: str) -> tuple[float | None, str]:
+    """XLA's speed on the model's passes under `policy`, timed as "auto" times it (copies
+    of the model, one cached batch of `feed`, alternating rounds): `(with ÷ without XLA,
+    "")`, or `(None, why)` when XLA cannot compile them. For the doctor and `tfaccel check`.
+
+    Raises:
+        ValueError: the model cannot be copied (the message says what to pass).
+    """
+    pair = [(policy, False), (policy, True)]
+    timed = timing.time_steps(model, loss, strategy, feed, pair)
+    if (policy, True) in timed["dropped"]:
+        return None, timed["dropped"][(policy, True)]
+    return timed["rates"][(policy, True)] / timed["rates"][(policy, False)], ""
