@@ -36,7 +36,7 @@ import warnings
 import tensorflow as tf
 
 from tfaccel.errors import CheckpointCorruptError, CheckpointMismatchError
-from tfaccel.train.state import async_save, deleted, hyperparameters
+from tfaccel.train.state import async_save, deleted, hyperparameters, random_states
 from tfaccel.train.state import checkpoint_files as files
 from tfaccel.train.state.lock import DirectoryLock
 from tfaccel.train.state.policies import RESUME_MODES, check_keep
@@ -86,6 +86,9 @@ class CheckpointState:
         self.chief = is_chief(strategy)
         files.check_directory(self.directory, writable=self.chief)
         self.objects = dict(objects)
+        states = random_states.of(self.objects.get("model"))
+        if states and "model_variables" not in self.objects:  # a model's own step saves all
+            self.objects["random_states"] = states
         self.run_shape = RunShape()
         self.objects["run_shape"] = self.run_shape
         self.checkpoint = tf.train.Checkpoint(**self.objects)
@@ -260,7 +263,11 @@ class CheckpointState:
             if detached is not None:
                 del model.optimizer
             status = tf.train.Checkpoint(**objects).read(path)
-            _assert_matched(status, objects.get("optimizer"))
+            unmatched = _assert_matched(
+                status, objects.get("optimizer"), random_states.paths(objects.get("random_states"))
+            )
+            if unmatched:
+                warnings.warn(random_states.missing_note(unmatched), stacklevel=4)
         except tf.errors.OpError as error:
             if _is_damage(error):
                 text = re.sub(r"\{\{function_node [^}]*\}\}\s*", "", str(error)).strip()
@@ -467,11 +474,13 @@ def _saved_metrics(path: str, metrics: dict) -> tuple[dict, list[str]]:
     return {k: v for k, v in metrics.items() if k in saved}, [k for k in metrics if k not in saved]
 
 
-def _assert_matched(status, optimizer) -> None:
-    """Every object found its saved value, but the optimizer's hyperparameter variables.
+def _assert_matched(status, optimizer, random: set[str]) -> set[str]:
+    """Every object found its saved value, but the optimizer's hyperparameter variables and
+    the model's random states (`random`: their paths); returns the random states left
+    unrestored (a checkpoint saved before they were kept).
 
-    Those keep the user's values anyway (`hyperparameters.kept`), so a learning rate that is
-    a variable now and was a schedule when saved is no mismatch.
+    The hyperparameters keep the user's values anyway (`hyperparameters.kept`), so a
+    learning rate that is a variable now and was a schedule when saved is no mismatch.
     """
     try:
         status.assert_existing_objects_matched()
@@ -480,5 +489,7 @@ def _assert_matched(status, optimizer) -> None:
         shown = re.search(r"Showing (\d+) of (\d+) unmatched", text)
         paths = set(re.findall(r"<Variable path=([^,>]+)", text))
         allowed = set(hyperparameters.variable_paths(optimizer)) if optimizer else set()
-        if not (shown and shown[1] == shown[2] and paths and paths <= allowed):
+        if not (shown and shown[1] == shown[2] and paths and paths <= allowed | random):
             raise
+        return paths & random
+    return set()
