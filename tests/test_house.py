@@ -25,7 +25,7 @@ LAYERS = [
         "files",
         "shared_strategy",
         "cluster",
-        "launcher",
+        "launcher",  # tfaccel launch (launcher/launch.py) and what lower layers share with it
     },
     {"blocks", "devices"},
     {"models", "parallel", "data"},
@@ -33,7 +33,7 @@ LAYERS = [
     {"precision", "precision_probe", "methods", "callbacks"},
     {"train"},
     {"tuning", "doctor"},
-    {"checks", "check", "launch"},
+    {"check"},  # tfaccel check: its runner (check/__init__.py) and suite (check/suite.py)
     {"cli", "__main__", "tfaccel"},
 ]
 RANK = {concern: rank for rank, row in enumerate(LAYERS) for concern in row}
