@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import types
+
 import keras
 import numpy as np
 import pytest
@@ -9,7 +11,8 @@ import tensorflow as tf
 
 import tfaccel
 from tfaccel import precision
-from tfaccel.choices import copies, operations, policy, step_policy, timing
+from tfaccel.choices import copies, operations, policy, resolution, timing
+from tfaccel.choices.loop_size import LoopSizer
 from tfaccel.devices import GPU
 
 X = np.random.default_rng(0).random((256, 12), dtype=np.float32)
@@ -88,7 +91,7 @@ def test_a_cpu_without_bf16_flags_probes_nothing(monkeypatch):
 
     monkeypatch.setattr(policy, "cpu_flags", lambda: frozenset({"avx2", "fma"}))
     monkeypatch.setattr(operations, "op_rates", no_probe)
-    monkeypatch.setattr(timing, "time_policies", no_probe)
+    monkeypatch.setattr(timing, "time_steps", no_probe)
     choice = precision.choose()
     assert choice.policy == "float32" and "no bf16" in choice.reason and not choice.rates
     t = trainer(precision="auto")
@@ -142,7 +145,7 @@ def test_a_fit_with_the_probe_equals_a_fit_with_the_chosen_policy_given_by_hand(
 ):
     monkeypatch.setattr(policy, "cpu_flags", lambda: frozenset({"amx_bf16"}))
     monkeypatch.setattr(policy, "decide", forced(winner))
-    monkeypatch.setattr(step_policy, "too_short", lambda *args: None)  # 16 steps: timed
+    monkeypatch.setattr(timing, "too_short", lambda *args: None)  # 16 steps: timed
     seed(3)
     auto = trainer(precision="auto")
     auto_history = auto.fit(data(), epochs=2, verbose=0).history
@@ -231,6 +234,27 @@ def test_bad_policies_keep_their_clear_messages(monkeypatch):
         precision.resolve("mixed_float16", gpus=[])
 
 
+def precision_auto(model, strategy=None, steps=None):
+    """The policy `resolution.resolve_fit` picks for `model` on a job of `steps` steps (one
+    epoch of them), the probe faked by the test."""
+    feed = types.SimpleNamespace(is_function=False, steps=-1)  # no data: the probe is faked
+    step = resolution.Step(model, None, strategy)
+    job = resolution.Job(feed, steps, 1)
+    asked = resolution.Asked(precision=True)
+    return resolution.resolve_fit(step, asked, job, LoopSizer("auto")).precision
+
+
+def fake_probe(rates: dict, calls: list):
+    """A `timing.time_steps` that records its call and reads `rates` (policy -> examples/s)."""
+
+    def time_steps(*args, **kwargs):
+        calls.append(kwargs.get("epoch_steps"))
+        readings = {(p, False): r for p, r in rates.items()}
+        return {"rates": readings, "rounds": 3, "steps": 1, "seconds": 0.0}
+
+    return time_steps
+
+
 def fake_op_rates(monkeypatch, bf16_gain):
     rates = {"float32": 1e9, "mixed_bfloat16": bf16_gain * 1e9}
     choice = precision.decide(rates, "FLOP/s", "fake operations")
@@ -242,31 +266,22 @@ def test_the_probe_runs_only_on_a_job_long_enough_to_pay_it_back(monkeypatch, ga
     """A 1.1x gain saves 9 % of a step: the 10 probe steps pay back from 110 steps up."""
     fake_op_rates(monkeypatch, gain)
     monkeypatch.setattr(policy, "candidates", lambda: (["float32", "mixed_bfloat16"], "x"))
-    calls = []
-
-    def no_probe(*args, **kwargs):
-        calls.append(kwargs.get("epoch_steps"))
-        return {
-            "rates": {"float32": 1.0, "mixed_bfloat16": 1.0},
-            "rounds": 3,
-            "steps": 1,
-            "seconds": 0.0,
-        }
-
-    monkeypatch.setattr(timing, "time_policies", no_probe)
-    choice = step_policy.choose(build(), None, None, None, job_steps=steps)
+    calls: list = []
+    equal = {"float32": 1.0, "mixed_bfloat16": 1.0}
+    monkeypatch.setattr(timing, "time_steps", fake_probe(equal, calls))
+    choice = precision_auto(build(), steps=steps)
     assert bool(calls) is timed
     if not timed:
         assert choice.policy == "float32" and "too short" in choice.reason
         assert "from 110 steps up" in choice.reason
-    assert step_policy.too_short(["float32", "mixed_bfloat16"], None) is None
+    assert timing.too_short(["float32", "mixed_bfloat16"], None) is None
 
 
 def test_a_short_fit_keeps_its_policy_without_timing_the_model(monkeypatch):
     fake_op_rates(monkeypatch, 1.1)
     monkeypatch.setattr(policy, "cpu_flags", lambda: frozenset({"amx_bf16"}))
     timed = []
-    monkeypatch.setattr(timing, "time_policies", lambda *a, **k: timed.append(1))
+    monkeypatch.setattr(timing, "time_steps", lambda *a, **k: timed.append(1))
     t = trainer(precision="auto")
     t.fit(data(), epochs=2, verbose=0)  # 16 steps
     assert not timed and t.model.dtype_policy.name == "float32"
@@ -277,7 +292,7 @@ def test_a_short_fit_takes_the_operations_pick_when_it_is_far_faster(monkeypatch
     fake_op_rates(monkeypatch, 2.5)
     monkeypatch.setattr(policy, "cpu_flags", lambda: frozenset({"amx_bf16"}))
     timed = []
-    monkeypatch.setattr(timing, "time_policies", lambda *a, **k: timed.append(1))
+    monkeypatch.setattr(timing, "time_steps", lambda *a, **k: timed.append(1))
     t = trainer(precision="auto")
     t.fit(data(), epochs=1, verbose=0)  # 8 steps: the probe's 10 cannot pay back
     assert not timed and t.model.dtype_policy.name == "mixed_bfloat16"
@@ -295,30 +310,27 @@ def test_the_workers_of_a_multi_worker_job_decide_from_the_same_operation_rates(
         {"float32": 0.9e9, "mixed_bfloat16": 2.0e9},
     ]
     monkeypatch.setattr(policy, "candidates", lambda: (["float32", "mixed_bfloat16"], "x"))
-    monkeypatch.setattr(step_policy, "is_multi_worker", lambda strategy: True)
-    timed, measured = [], {"float32": 1.0, "mixed_bfloat16": 3.0}
-    monkeypatch.setattr(
-        timing,
-        "time_policies",
-        lambda *a, **k: timed.append(1) or dict(rates=measured, rounds=3, steps=1, seconds=0),
-    )
+    monkeypatch.setattr(policy, "is_multi_worker", lambda strategy: True)
+    timed: list = []
+    measured = {"float32": 1.0, "mixed_bfloat16": 3.0}
+    monkeypatch.setattr(timing, "time_steps", fake_probe(measured, timed))
     alone, agreed = [], []
     for me, other in ((0, 1), (1, 0)):
         mine = precision.decide(readings[me], "FLOP/s", "this worker's operations")
         monkeypatch.setattr(policy, "choose", lambda *a, mine=mine, **k: mine)
-        alone.append(step_policy.by_operations("float32", "short").policy)
+        alone.append(policy.by_operations("float32", "short").policy)
         others = iter(readings[other][p] for p in sorted(readings[other]))
-        monkeypatch.setattr(step_policy, "agree", lambda s, v, o=others: max(v, next(o)))
-        ops = step_policy.operations_choice(strategy=object())
+        monkeypatch.setattr(policy, "agree", lambda s, v, o=others: max(v, next(o)))
+        ops = policy.operations_choice(strategy=object())
         assert ops.rates == {"float32": 1.0e9, "mixed_bfloat16": 2.0e9}
         for steps in (8, 10_000):
             others = iter(readings[other][p] for p in sorted(readings[other]))
-            monkeypatch.setattr(step_policy, "agree", lambda s, v, o=others: max(v, next(o)))
-            agreed.append(step_policy.choose(build(), None, object(), None, job_steps=steps))
+            monkeypatch.setattr(policy, "agree", lambda s, v, o=others: max(v, next(o)))
+            agreed.append(precision_auto(build(), object(), steps))
     assert alone == ["float32", "mixed_bfloat16"]  # what each would have done on its own
     short, long = agreed[0::2], agreed[1::2]
     assert [c.policy for c in short] == ["mixed_bfloat16"] * 2
     assert all("by the operations' rates, 2.00x" in c.reason for c in short)
-    assert [c.policy for c in long] == ["mixed_bfloat16"] * 2 and timed == [1, 1]
-    monkeypatch.setattr(step_policy, "is_multi_worker", lambda strategy: False)
-    assert step_policy.operations_choice(object()).rates == readings[1]  # one worker: its own
+    assert [c.policy for c in long] == ["mixed_bfloat16"] * 2 and len(timed) == 2
+    monkeypatch.setattr(policy, "is_multi_worker", lambda strategy: False)
+    assert policy.operations_choice(object()).rates == readings[1]  # one worker: its own

@@ -121,10 +121,9 @@ def test_an_unwritable_cache_costs_a_measurement_not_an_error(probe, monkeypatch
 
 
 def test_a_short_fit_s_choice_says_the_rates_came_from_the_cache(probe):
-    from tfaccel.choices import step_policy
 
     precision.choose()
     new_process()
-    choice = step_policy.by_operations("float32", "a job of 12 steps is too short")
+    choice = policy.by_operations("float32", "a job of 12 steps is too short")
     assert choice.policy == "mixed_bfloat16" and "read from the cache" in choice.reason
     assert len(probe) == 1

@@ -129,13 +129,13 @@ def test_a_short_job_is_not_measured_and_says_from_what_size_it_would_be(monkeyp
 
 def test_the_first_readings_decline_a_probe_that_would_not_pay():
     first = {("float32", False): (0.5, 0.001)}  # traced in 0.5 s, 1 ms a step
-    why = xla_choice.admit(first, steps=400, epoch_steps=100, spent_s=0.6)
+    why = timing.admit(first, steps=400, epoch_steps=100, spent_s=0.6)
     # 0.6 s spent + 0.499 s tracing + 2 warm-up steps + 1 s of rounds = 2.101 s > 5 % of 0.4 s
     assert why == (
         "declined: the first readings project a probe of 2.1 s, more than 5% of the job "
         "(400 steps of 1 ms); from 42,020 steps up it is measured"
     )
-    assert xla_choice.admit(first, steps=42_021, epoch_steps=100, spent_s=0.6) is None
+    assert timing.admit(first, steps=42_021, epoch_steps=100, spent_s=0.6) is None
 
 
 def readings(rates, losses, dropped=None):
@@ -207,21 +207,22 @@ class NoXla(keras.layers.Layer):
 
 def test_what_is_not_measured_says_why_before_anything_runs():
     plain = build()
-    assert xla_choice.not_measured(plain, 200, 1) is None
-    assert xla_choice.not_measured(plain, 399, 2).startswith(
+    assert xla_choice.not_compilable(plain) is None
+    assert timing.too_short_for_xla(200, 1) is None
+    assert timing.too_short_for_xla(399, 2).startswith(
         "a job of 399 steps is too short: the probe takes at least 20 steps"
     )
-    assert xla_choice.not_measured(plain, None, 1) == (
+    assert timing.too_short_for_xla(None, 1) == (
         "the job's length is unknown (pass steps_per_epoch)"
     )
     odd = keras.Sequential([keras.Input((12,)), NoXla(name="no_xla"), keras.layers.Dense(2)])
-    assert xla_choice.not_measured(odd, 10**6, 1) == (
+    assert xla_choice.not_compilable(odd) == (
         "layer(s) ['no_xla'] do not support XLA (supports_jit=False)"
     )
     tf_config = xla_choice.tf_config
     tf_config.enable_op_determinism()
     try:
-        why = xla_choice.not_measured(plain, 10**6, 1)
+        why = xla_choice.not_compilable(plain)
     finally:
         tf_config.disable_op_determinism()
     assert why == "op determinism is enabled, and XLA's kernels are not all deterministic"

@@ -3,11 +3,13 @@ probes (`timing`) and by the doctor, which compare settings on the same work."""
 
 from __future__ import annotations
 
+import re
 import time
 from typing import Any
 
 import tensorflow as tf
 
+from tfaccel.choices.agreement import agree
 from tfaccel.data.elements import unpack
 
 
@@ -79,3 +81,42 @@ class GradientLoops:
             fn(iterator, tf.constant(steps, tf.int32)).numpy()
             times.append(time.perf_counter() - start)
         return times
+
+
+def warm_up(loops: dict, cached, admit, strategy) -> tuple[dict, dict]:
+    """Traces and times one step of each candidate's loops (`{(policy, jit): GradientLoops}`),
+    the un-jitted first; then `admit(readings)` may say why the jitted ones are not worth
+    compiling (`timing.time_steps`). Returns `({candidate: (first call s, step s)},
+    {candidate: why it was dropped})`; the workers of a multi-worker job agree on both."""
+    first = {c: tuple(loop.seconds(False, cached, 1, 2)) for c, loop in loops.items() if not c[1]}
+    jitted = [c for c in loops if c[1]]
+    why = admit(first) if admit is not None and jitted else None
+    if jitted and agree(strategy, float(why is not None)) and not why:  # the workers agree
+        why = "declined: another worker's first readings project a probe over its share"
+    dropped = {}
+    for c in jitted:
+        if why:
+            dropped[c] = why
+            continue
+        try:
+            first[c] = tuple(loops[c].seconds(False, cached, 1, 2))
+        except tf.errors.OpError as error:  # the plain step ran: XLA does not work here
+            dropped[c] = f"XLA cannot compile the model's step ({_unsupported(error)})"
+    for c in jitted:  # one candidate set on every worker: the rounds' collectives match
+        if agree(strategy, float(c in dropped)) and c not in dropped:
+            dropped[c] = "XLA failed on another worker"
+            del first[c]
+    return first, dropped
+
+
+def _unsupported(error: Exception) -> str:
+    """The ops XLA named as unsupported, else the first root error's message."""
+    text = str(error).strip()
+    found = re.search(r"on XLA_\w+: (.+?) \(No registered", text)
+    if found:
+        return f"unsupported op(s): {found.group(1)}"
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    roots = [line for line in lines if re.match(r"\(\d+\) [A-Z_]+: ", line)]
+    line = (roots or lines or [type(error).__name__])[0]
+    line = re.sub(r"^\(\d+\) [A-Z_]+: (\{\{[^}]*\}\} )?", "", line)
+    return re.sub(r" \(defined @ [^)]*\)", "", line)[:200]

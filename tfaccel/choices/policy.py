@@ -12,9 +12,14 @@
 With more than one candidate, `choose` times matmuls and a convolution under each
 (`operations`, at most ~2 s, once per machine: its rates are cached in a file under
 $TFACCEL_CACHE_DIR, default ~/.cache/tfaccel) and `tfaccel.Trainer(...,
-precision="auto")` times the user's own training step (`step_policy`); both keep float32
-unless another candidate is at least `MIN_GAIN` (5 %) faster. On CPUs with AMX a CNN
-trained 3.5x faster in `mixed_bfloat16` and a tiny MLP 13 % slower: the choice is per model.
+precision="auto")` times the user's own training step (`timing`, `resolution`); both
+keep float32 unless another candidate is at least `MIN_GAIN` (5 %) faster. On CPUs with AMX
+a CNN trained 3.5x faster in `mixed_bfloat16` and a tiny MLP 13 % slower: the choice is per
+model. A job too short to time the model (`timing.too_short`) takes the operations' pick
+when it is `RULE_GAIN` (1.5x) float32's or more (`by_operations`), else keeps the model's
+policy. On a multi-worker job the workers decide from the same rates (`operations_choice`):
+each worker's own reading, or one read from the cache while another measured, would let
+one time the model (collectives the others never call) or copy it under another policy.
 """
 
 from __future__ import annotations
@@ -26,10 +31,13 @@ import platform
 from collections.abc import Iterable
 
 from tfaccel import devices
+from tfaccel.choices.agreement import agree, is_multi_worker
 from tfaccel.choices.choice import Choice
 
 MIN_GAIN = 1.05  # another policy must be this much faster than float32 to be chosen
 """How much faster than float32 another policy must measure to be chosen by "auto"."""
+RULE_GAIN = 1.5  # a job too short to time: the operations' pick when this much faster
+"""How much faster than float32's the operations' pick must be to be taken untimed."""
 CPU_BF16_FLAGS = ("amx_bf16", "avx512_bf16")
 """`/proc/cpuinfo` flags that make `mixed_bfloat16` a candidate on a CPU."""
 CPU_FP16_FLAGS = ("amx_fp16", "avx512_fp16")
@@ -161,3 +169,32 @@ def choose(
     rates, source, cost_s = operations.cached_rates(tuple(policies), machine())
     what = f"{operations.WHAT}; {source}" if source else operations.WHAT
     return dataclasses.replace(decide(rates, "FLOP/s", what), source=source, cost_s=cost_s)
+
+
+def operations_choice(strategy=None) -> PolicyChoice:
+    """`choose()` (the operations' rates, once per machine); on a multi-worker job every
+    rate is agreed first (the largest any worker read), so that every worker makes the same
+    decisions from them."""
+    ops = choose()
+    if strategy is None or not ops.rates or not is_multi_worker(strategy):
+        return ops
+    rates = {p: agree(strategy, r) for p, r in sorted(ops.rates.items())}
+    what = "the operations' rates, each the largest any worker read"
+    return dataclasses.replace(decide(rates, ops.unit, what), source=ops.source)
+
+
+def by_operations(kept: str, short: str, ops: PolicyChoice | None = None) -> PolicyChoice:
+    """A job too short to time the model (`short` says why): the operations' pick (`ops`,
+    default this machine's) when it is `RULE_GAIN` times float32's or more (a whole step
+    gains less than its matmuls), else `kept`."""
+    ops = ops or choose()
+    gain = ops.rates.get(ops.policy, 0.0) / ops.rates.get("float32", float("inf"))
+    if ops.policy != "float32" and gain >= RULE_GAIN:
+        return PolicyChoice(
+            ops.policy,
+            f"by the operations' rates, {gain:.2f}x float32's (>= {RULE_GAIN}x), not timed "
+            f"on the model: {short}" + (f"; the operations' {ops.source}" if ops.source else ""),
+            dict(ops.rates),
+            ops.unit,
+        )
+    return PolicyChoice(kept, f"kept: not measured ({short})")

@@ -1,5 +1,6 @@
 """The step probe: the model's forward and backward passes timed on one cached batch,
-under each candidate setting (a dtype policy, with or without XLA).
+under each candidate setting (a dtype policy, with or without XLA), and whether the job
+is long enough to pay for it.
 
 Copies of the model (`copies.under`) run `passes.GradientLoops` on one cached batch of the
 training data, after a warm-up, in alternating rounds (the fastest call counts: noise only
@@ -9,24 +10,106 @@ its own iterator, and Python's, NumPy's and TensorFlow's global random states ar
 The timed rounds stay within `SHARE` of an epoch (at least `FLOOR_S`). On a multi-worker
 job every size and reading goes through `agreement.agree`, so that every worker runs the
 same calls and makes the same choice.
+
+What the probe costs decides whether it runs. Timing policies runs at least
+`probe_steps(n)` steps of the model's passes (a warm-up of two calls and `ROUNDS` timed
+calls per candidate), while the most a candidate can save is `1 - 1/gain` of every
+training step, the gain bounded by the operations' rates (`policy.choose`, once per
+machine; a whole step gains less): a job of fewer steps than `probe_steps(n) / (1 -
+1/gain)` is `too_short` (the mixed-precision guide's dense model, scaled to this CPU: a
+14.9 s probe for a 12-step job; bfloat16's operations 2.36x float32's, its training steps
+about 2x). XLA's compilation is the probe's big cost, so with XLA candidates the whole
+probe is bounded by `SHARE` of the job (epochs × steps): it is not run when its least cost
+(`PROBE_STEPS` steps per candidate) could not fit (`too_short_for_xla`), nor when the plain
+steps' first readings project more (`admit`: their tracing stands in for the compilation,
+which takes at least as long).
 """
 
 from __future__ import annotations
 
-import re
+import math
 import time
 from collections.abc import Callable
 
-import tensorflow as tf
-
+from tfaccel.choices import passes, policy
 from tfaccel.choices.agreement import agree
-from tfaccel.choices.copies import random_states_kept, under
+from tfaccel.choices.copies import build_symbolically, random_states_kept, under
 from tfaccel.choices.passes import GradientLoops
+from tfaccel.choices.policy import PolicyChoice
 from tfaccel.data import iterators
 
-SHARE = 0.05  # the timed rounds' cost: at most this share of one epoch
+SHARE = 0.05  # the timed rounds' cost: at most this share of one epoch (with XLA, of the job)
 ROUNDS = 3
 FLOOR_S = 1.0  # ... but never less than this (a short epoch still gets a reading)
+PROBE_STEPS = 2 + ROUNDS  # per candidate, at least: warm-up and timed rounds
+
+
+def probe_steps(candidates: int) -> int:
+    """The fewest steps of the passes the probe runs: warm-up (2) and timed rounds."""
+    return candidates * PROBE_STEPS
+
+
+def too_short(
+    policies: list[str], job_steps: int | None, ops: PolicyChoice | None = None
+) -> str | None:
+    """Why timing `policies` on a job of `job_steps` steps cannot pay (None: it may), from
+    the operations' rates `ops` (`policy.operations_choice`; default this machine's, once
+    per machine, cached).
+
+    Unknown length, or operations' rates not measured (hypothetical hardware): None.
+    """
+    if job_steps is None or len(policies) < 2:
+        return None
+    rates = (ops or policy.choose()).rates
+    if "float32" not in rates or rates["float32"] <= 0:
+        return None
+    gain = max(rates.get(p, 0.0) for p in policies if p != "float32") / rates["float32"]
+    least = probe_steps(len(policies))
+    if gain > 1 and job_steps * (1 - 1 / gain) >= least:
+        return None
+    best = f"the candidates' operations at most {gain:.2f}x float32's"
+    if gain <= 1:
+        return f"{best}: no step can gain what the probe's {least} steps cost"
+    needed = math.ceil(least / (1 - 1 / gain))
+    return (
+        f"a job of {job_steps} steps is too short: {best} save at most "
+        f"{1 - 1 / gain:.0%} of each step, less than the probe's {least} steps; from "
+        f"{needed:,} steps up it is measured"
+    )
+
+
+def too_short_for_xla(steps: int | None, policies: int) -> str | None:
+    """Why a job of `steps` steps is not probed with XLA candidates (None: it is): its
+    length unknown, or the least probe (compilation included) over `SHARE` of it."""
+    if steps is None:
+        return "the job's length is unknown (pass steps_per_epoch)"
+    least = 2 * probe_steps(policies)
+    if steps * SHARE < least:
+        return (
+            f"a job of {steps} steps is too short: the probe takes at least {least} steps and "
+            f"XLA's compilation, more than {SHARE:.0%} of it; from {math.ceil(least / SHARE)} "
+            "steps up it is measured"
+        )
+    return None
+
+
+def admit(first: dict, steps: int, epoch_steps: int | None, spent_s: float) -> str | None:
+    """Why the jitted candidates are not compiled, from the plain ones' first readings
+    ({candidate: (first call s, step s)}): the probe they project exceeds `SHARE` of the
+    job. None: compile them."""
+    step_s = next(iter(first.values()))[1]
+    traces = sum(max(call - step, 0.0) for call, step in first.values())  # ~ the compiles
+    rounds = max(SHARE * step_s * (epoch_steps or 0), FLOOR_S)
+    rounds = max(rounds, ROUNDS * 2 * len(first) * step_s)
+    projected = spent_s + traces + 2 * len(first) * step_s + rounds  # + the jitted warm-ups
+    if step_s <= 0 or projected <= SHARE * steps * step_s:
+        return None
+    threshold = math.ceil(projected / (SHARE * step_s))
+    return (
+        f"declined: the first readings project a probe of {projected:.2g} s, more than "
+        f"{SHARE:.0%} of the job ({steps} steps of {step_s * 1e3:.3g} ms); from "
+        f"{threshold:,} steps up it is measured"
+    )
 
 
 def time_policies(
@@ -61,22 +144,29 @@ def time_steps(
 ) -> dict:
     """Examples/s of each candidate step `(policy, jit_compile)`, and what it cost.
 
-    The first candidate (un-jitted) is the reference of the timed rounds' budget, as in
-    `time_policies`. The un-jitted candidates warm up first; then `admit(readings)`
-    ({candidate: (first call s, one step s)}) may return why the jitted ones are not
-    worth compiling; one XLA cannot compile is dropped with the reason. Where a jitted
-    candidate remains, each candidate's loss on the cached batch is read (inference mode).
+    The model is built on the feed's spec first if it is not (its variables in the
+    strategy's scope). The first candidate (un-jitted) is the reference of the timed
+    rounds' budget, as in `time_policies`. The un-jitted candidates warm up first; then
+    `admit(readings)` ({candidate: (first call s, one step s)}) may return why the jitted
+    ones are not worth compiling; one XLA cannot compile is dropped with the reason. Where
+    a jitted candidate remains, each candidate's loss on the cached batch is read
+    (inference mode).
 
     Returns `time_policies`' dict keyed by candidate, with `"losses"` and `"dropped"`
     ({candidate: why it was not timed}).
+
+    Raises:
+        ValueError: the model cannot be built or copied (the message says what to pass).
     """
     began = time.perf_counter()
     batch = feed.global_batch
     with random_states_kept(), strategy.scope():
+        if not model.built or not model.weights:
+            build_symbolically(model, feed.element_spec[0])
         copies = {p: under(model, p, builder) for p in dict.fromkeys(p for p, _ in candidates)}
         cached = iterators.adopt(iter(feed.one_batch().distribute(endless=True)))
         loops = {c: GradientLoops(copies[c[0]], loss, strategy, c[1]) for c in candidates}
-        first, dropped = _warm_up(loops, cached, admit, strategy)
+        first, dropped = passes.warm_up(loops, cached, admit, strategy)
         live = [c for c in candidates if c in first]
         budget = max(SHARE * first[live[0]][1] * (epoch_steps or 0), FLOOR_S)
         per_call = budget / (ROUNDS * len(live))
@@ -104,37 +194,9 @@ def time_steps(
     }
 
 
-def _warm_up(loops: dict, cached, admit, strategy) -> tuple[dict, dict]:
-    """Traces and times one step of each candidate, the un-jitted first (see `time_steps`)."""
-    first = {c: tuple(loop.seconds(False, cached, 1, 2)) for c, loop in loops.items() if not c[1]}
-    jitted = [c for c in loops if c[1]]
-    why = admit(first) if admit is not None and jitted else None
-    if jitted and agree(strategy, float(why is not None)) and not why:  # the workers agree
-        why = "declined: another worker's first readings project a probe over its share"
-    dropped = {}
-    for c in jitted:
-        if why:
-            dropped[c] = why
-            continue
-        try:
-            first[c] = tuple(loops[c].seconds(False, cached, 1, 2))
-        except tf.errors.OpError as error:  # the plain step ran: XLA does not work here
-            dropped[c] = f"XLA cannot compile the model's step ({_unsupported(error)})"
-    for c in jitted:  # one candidate set on every worker: the rounds' collectives match
-        if agree(strategy, float(c in dropped)) and c not in dropped:
-            dropped[c] = "XLA failed on another worker"
-            del first[c]
-    return first, dropped
-
-
-def _unsupported(error: Exception) -> str:
-    """The ops XLA named as unsupported, else the first root error's message."""
-    text = str(error).strip()
-    found = re.search(r"on XLA_\w+: (.+?) \(No registered", text)
-    if found:
-        return f"unsupported op(s): {found.group(1)}"
-    lines = [line.strip() for line in text.splitlines() if line.strip()]
-    roots = [line for line in lines if re.match(r"\(\d+\) [A-Z_]+: ", line)]
-    line = (roots or lines or [type(error).__name__])[0]
-    line = re.sub(r"^\(\d+\) [A-Z_]+: (\{\{[^}]*\}\} )?", "", line)
-    return re.sub(r" \(defined @ [^)]*\)", "", line)[:200]
+def described(measured: dict) -> str:
+    """What a measurement timed, for a choice's reason."""
+    return (
+        f"the model's passes, {measured['rounds']} rounds of {measured['steps']} step(s); "
+        f"probe {measured['seconds']:.1f} s"
+    )

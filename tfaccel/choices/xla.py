@@ -8,21 +8,20 @@ NumPy's and TensorFlow's random states and the data's position left as they were
 chosen only when it is `MIN_GAIN` (5 %) faster and its loss on the cached batch equals the
 plain step's within `tolerance(policy)` × max(1, |loss|).
 
-XLA's compilation is the probe's big cost, so the whole probe is bounded by `SHARE` of
-the job (epochs × steps): it is not run when its least cost (`PROBE_STEPS` steps per
-candidate) could not fit, nor when the plain steps' first readings project more (their
-tracing stands in for the compilation, which takes at least as long). A model XLA cannot
-compile (a `py_function`, a string op) stays un-jitted with the ops XLA named.
+XLA's compilation is the probe's big cost, so the whole probe is bounded by 5 % of the job
+(`timing.too_short_for_xla`, `timing.admit`). A model XLA cannot compile (a `py_function`, a
+string op) stays un-jitted with the ops XLA named; one whose layers say they do not support
+it (`supports_jit = False`), or a process with op determinism on, is not tried
+(`not_compilable`).
 
 With `precision="auto"` too, every policy is timed with and without XLA: a policy's step
 is its faster one (XLA only where it won as above), and `policy.decide` picks the
-policy from those, so a bfloat16 + XLA step is a candidate (`decide`; `resolve` runs it).
+policy from those, so a bfloat16 + XLA step is a candidate (`decide`; `resolution` runs it).
 """
 
 from __future__ import annotations
 
 import dataclasses
-import math
 
 import keras
 from tensorflow.python.framework import config as tf_config
@@ -32,8 +31,6 @@ from tfaccel.choices import timing
 from tfaccel.choices.choice import Choice
 from tfaccel.choices.policy import PolicyChoice
 
-SHARE = timing.SHARE  # the whole probe, compilation included: this share of the job
-PROBE_STEPS = 2 + timing.ROUNDS  # per candidate, at least: warm-up and timed rounds
 MIN_GAIN = dtype_policies.MIN_GAIN
 LOSS_TOLERANCE = {"32-bit": 1e-3, "16-bit": 2e-2}
 """Relative loss difference (× max(1, |loss|)) within which XLA's step counts as equal."""
@@ -71,42 +68,15 @@ def unsupported_jit_layers(model) -> list[str]:
     ]
 
 
-def not_measured(model, steps: int | None, policies: int) -> str | None:
-    """Why XLA is not timed at all, known before anything runs (None: time it)."""
+def not_compilable(model) -> str | None:
+    """Why XLA is not tried on `model` at all, known before anything runs (None: try it);
+    whether the job is long enough is the probe's question (`timing.too_short_for_xla`)."""
     bad = unsupported_jit_layers(model)
     if bad:
         return f"layer(s) {bad} do not support XLA (supports_jit=False)"
     if tf_config.is_op_determinism_enabled():  # not in tf.config's public names
         return "op determinism is enabled, and XLA's kernels are not all deterministic"
-    if steps is None:
-        return "the job's length is unknown (pass steps_per_epoch)"
-    least = 2 * policies * PROBE_STEPS
-    if steps * SHARE < least:
-        return (
-            f"a job of {steps} steps is too short: the probe takes at least {least} steps and "
-            f"XLA's compilation, more than {SHARE:.0%} of it; from {math.ceil(least / SHARE)} "
-            "steps up it is measured"
-        )
     return None
-
-
-def admit(first: dict, steps: int, epoch_steps: int | None, spent_s: float) -> str | None:
-    """Why the jitted candidates are not compiled, from the plain ones' first readings
-    ({candidate: (first call s, step s)}): the probe they project exceeds `SHARE` of the
-    job. None: compile them."""
-    step_s = next(iter(first.values()))[1]
-    traces = sum(max(call - step, 0.0) for call, step in first.values())  # ~ the compiles
-    rounds = max(SHARE * step_s * (epoch_steps or 0), timing.FLOOR_S)
-    rounds = max(rounds, timing.ROUNDS * 2 * len(first) * step_s)
-    projected = spent_s + traces + 2 * len(first) * step_s + rounds  # + the jitted warm-ups
-    if step_s <= 0 or projected <= SHARE * steps * step_s:
-        return None
-    threshold = math.ceil(projected / (SHARE * step_s))
-    return (
-        f"declined: the first readings project a probe of {projected:.2g} s, more than "
-        f"{SHARE:.0%} of the job ({steps} steps of {step_s * 1e3:.3g} ms); from "
-        f"{threshold:,} steps up it is measured"
-    )
 
 
 def verdict(policy: str, measured: dict) -> tuple[bool, str]:
@@ -131,11 +101,7 @@ def verdict(policy: str, measured: dict) -> tuple[bool, str]:
 def decide(measured: dict, policies: list[str], precision_open: bool) -> tuple:
     """`(PolicyChoice or None, XlaChoice)` from `timing.time_steps`' readings: XLA per
     policy (`verdict`), then the policy from each one's faster step."""
-    rates, cost = measured["rates"], measured["seconds"]
-    what = (
-        f"the model's passes, {measured['rounds']} rounds of {measured['steps']} step(s); "
-        f"probe {cost:.1f} s"
-    )
+    rates, cost, what = measured["rates"], measured["seconds"], timing.described(measured)
     verdicts = {p: verdict(p, measured) for p in policies}
     step_rates = {p: rates[(p, verdicts[p][0])] for p in policies}
     chosen = None

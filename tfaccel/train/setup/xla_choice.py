@@ -2,15 +2,17 @@
 
 from tfaccel.choices import moved
 
-__getattr__ = moved.forward("tfaccel.train.setup.xla_choice", "tfaccel.choices.xla")
+__getattr__ = moved.forward(
+    "tfaccel.train.setup.xla_choice", "tfaccel.choices.xla", "tfaccel.choices.timing"
+)
 
 
 def choose_autos(trainer, feed, steps_per_epoch, epochs: int) -> tuple:
     """The Trainer's old entry to its "auto" precision and XLA (until `Trainer.fit` calls
-    `tfaccel.choices.resolve`)."""
-    from tfaccel.choices import resolve
+    `tfaccel.choices.resolve_fit`)."""
+    from tfaccel.choices import resolution
 
-    step = resolve.Step(
+    step = resolution.Step(
         trainer.model,
         trainer.loss,
         trainer.strategy,
@@ -18,8 +20,8 @@ def choose_autos(trainer, feed, steps_per_epoch, epochs: int) -> tuple:
         trainer.jit_compile,
         trainer.runner.loops is not None,
     )
-    asked = resolve.Asked(
+    asked = resolution.Asked(
         trainer._auto_precision and trainer.precision_choice is None,
         trainer._auto_jit and trainer.jit_choice is None,
     )
-    return resolve._policy_and_xla(step, asked, resolve.Job(feed, steps_per_epoch, epochs))
+    return resolution._policy_and_xla(step, asked, resolution.Job(feed, steps_per_epoch, epochs))

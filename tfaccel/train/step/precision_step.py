@@ -4,7 +4,7 @@ from tfaccel.choices import moved
 
 __getattr__ = moved.forward(
     "tfaccel.train.step.precision_step",
-    "tfaccel.choices.step_policy",
-    "tfaccel.choices.copies",
+    "tfaccel.choices.policy",
     "tfaccel.choices.timing",
+    "tfaccel.choices.copies",
 )

@@ -1,0 +1,176 @@
+"""`resolve_fit`: every automatic choice of one `fit`, made once, in an order anyone can read.
+
+The Trainer calls it after its input is checked, with what the choices need and nothing
+else: the step (`Step`: model, loss, strategy, the model-building function, whether the
+step loops exist), what is still "auto" (`Asked`) and the job (`Job`: the checked training
+`Feed`, its length, the callbacks). In order:
+
+1. **dtype policy and XLA**, decided together from one probe:
+   - what may be timed: the policies this hardware offers (`policy.candidates`); XLA
+     unless the model cannot take it (`xla.not_compilable`) or the job is too short for
+     its compilation (`timing.too_short_for_xla`); without XLA to time, policies only
+     when the job can pay the probe back (`timing.too_short`, from the operations'
+     rates), else the operations' pick by rule (`policy.by_operations`);
+   - one probe: the model's forward and backward passes on copies of the model and one
+     cached batch, each candidate with and without XLA (`timing.time_steps`);
+   - the decisions: XLA per policy, then the policy from each one's faster step
+     (`xla.decide`), or the policy from its passes (`policy.decide`).
+
+   After `evaluate` built the step loops, both are kept as they are.
+2. **steps per loop**: a fixed value is the user's; "auto" is capped at one step a loop
+   when a callback needs per-batch hooks (`loop_size.LoopSizer.honour_callbacks`), else
+   measured over the first loops of training (`FitLoop` gives the sizer its timings).
+
+Each answer is a `Choice` (value, reason, figures, cost); the Trainer applies them (a copy
+of the model under the chosen policy, the step loops with or without XLA) and prints their
+`describe()` in the settings table. "auto" never stops training: a model that cannot be
+copied keeps its policy and the plain step, with the reason.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Callable
+from typing import Any
+
+import keras
+import tensorflow as tf
+
+from tfaccel.choices import policy, timing, xla
+from tfaccel.choices.choice import Choice
+from tfaccel.choices.loop_size import LoopSizer
+from tfaccel.choices.policy import PolicyChoice
+from tfaccel.choices.xla import XlaChoice
+
+KEPT_AFTER_EVALUATE = "kept: evaluate ran before the first fit"
+
+
+@dataclasses.dataclass(frozen=True)
+class Step:
+    """The training step the choices are made for.
+
+    Attributes:
+        model: the model as the Trainer holds it (built on the input's spec if not).
+        loss: the per-example loss.
+        strategy: the `tf.distribute.Strategy`.
+        builder: the user's model-building function (copies under a policy call it), or None.
+        jit_compile: the step's XLA setting now.
+        started: its step loops exist already (`evaluate` ran first): nothing changes.
+    """
+
+    model: keras.Model
+    loss: Any
+    strategy: tf.distribute.Strategy
+    builder: Callable | None = None
+    jit_compile: bool = False
+    started: bool = False
+
+
+@dataclasses.dataclass(frozen=True)
+class Asked:
+    """Which choices are "auto" and not decided yet (each is made at the first fit)."""
+
+    precision: bool = False
+    jit_compile: bool = False
+
+
+@dataclasses.dataclass(frozen=True)
+class Job:
+    """One fit's job: its checked training input, its length and its callbacks.
+
+    Attributes:
+        feed: the training `tfaccel.data.Feed`, checked.
+        steps_per_epoch: as given to `fit` (None: the feed's length).
+        epochs: the epochs this fit trains.
+        callbacks: the user's callbacks (per-batch hooks cap "auto" steps per loop).
+    """
+
+    feed: Any
+    steps_per_epoch: int | None
+    epochs: int
+    callbacks: list = dataclasses.field(default_factory=list)
+
+    @property
+    def epoch_steps(self) -> int | None:
+        """Steps of one epoch; None when unknown."""
+        return self.steps_per_epoch or (self.feed.steps if self.feed.steps > 0 else None)
+
+    @property
+    def steps(self) -> int | None:
+        """The job's training steps (epochs × steps per epoch); None when unknown."""
+        epoch = self.epoch_steps
+        return epoch * max(self.epochs, 0) if epoch else None
+
+    @property
+    def probe_feed(self) -> Any:
+        """What the probe reads: a dataset function through a second build
+        (`Feed.rebuilt`: reading the training build would draw its shuffle's first seeds
+        and move the training order), a dataset as it is."""
+        return self.feed.rebuilt() if self.feed.is_function else self.feed
+
+
+@dataclasses.dataclass(frozen=True)
+class Resolved:
+    """One fit's automatic choices; None for what was not "auto" or was decided before."""
+
+    precision: PolicyChoice | None
+    jit_compile: XlaChoice | None
+    steps_per_loop: Choice
+
+
+def resolve_fit(step: Step, asked: Asked, job: Job, sizer: LoopSizer) -> Resolved:
+    """Makes this fit's automatic choices in the module's order (see its docstring)."""
+    chosen, jit = _policy_and_xla(step, asked, job)
+    sizer.honour_callbacks(job.callbacks)
+    return Resolved(chosen, jit, sizer.choice(job.steps_per_epoch))
+
+
+def _policy_and_xla(step: Step, asked: Asked, job: Job) -> tuple:
+    """`(PolicyChoice or None, XlaChoice or None)`: step 1 of `resolve_fit`."""
+    model = step.model
+    kept = model.dtype_policy.name
+    if not (asked.precision or asked.jit_compile) or step.started:
+        return (
+            PolicyChoice(kept, KEPT_AFTER_EVALUATE) if asked.precision else None,
+            XlaChoice(step.jit_compile, KEPT_AFTER_EVALUATE) if asked.jit_compile else None,
+        )
+    policies, why = policy.candidates() if asked.precision else ([kept], "")
+    steps, epoch_steps = job.steps, job.epoch_steps
+    no_xla = asked.jit_compile and (
+        xla.not_compilable(model) or timing.too_short_for_xla(steps, len(policies))
+    )
+    untimed = XlaChoice(False, f"not measured: {no_xla}") if no_xla else None
+    with_xla = asked.jit_compile and not no_xla
+    if not with_xla:  # policies alone, when they can pay the probe back
+        if len(policies) == 1:
+            return (PolicyChoice("float32", why) if asked.precision else None), untimed
+        ops = policy.operations_choice(step.strategy) if steps is not None else None
+        short = timing.too_short(policies, steps, ops)
+        if short:
+            return policy.by_operations(kept, short, ops), untimed
+    candidates = [(p, False) for p in policies]
+    candidates += [(p, True) for p in policies] if with_xla else []
+    began = time.perf_counter()
+    try:
+        measured = timing.time_steps(
+            model,
+            step.loss,
+            step.strategy,
+            job.probe_feed,
+            candidates,
+            builder=step.builder,
+            epoch_steps=epoch_steps,
+            admit=lambda first: timing.admit(
+                first, steps or 0, epoch_steps, time.perf_counter() - began
+            ),
+        )
+    except ValueError as error:  # "auto" never stops training: the model is kept as it is
+        reason = f"kept: not measured ({error})"
+        chosen = PolicyChoice(kept, reason) if asked.precision else None
+        return chosen, (XlaChoice(False, reason) if with_xla else untimed)
+    if with_xla:
+        return xla.decide(measured, policies, asked.precision)
+    rates = {p: measured["rates"][(p, False)] for p in policies}
+    chosen = policy.decide(rates, "examples/s", timing.described(measured))
+    return dataclasses.replace(chosen, cost_s=measured["seconds"]), untimed
