@@ -59,25 +59,31 @@ def tune_batch_size(
             _apply_choice(args, choice, optimizer)
             return
     # The job's size bounds the probe (smoke runs are bounded by `limit` instead).
-    job = args.epochs * examples if examples > 0 and args.epochs > 0 and not args.smoke else None
-    if job:
+    job_examples = (
+        args.epochs * examples if examples > 0 and args.epochs > 0 and not args.smoke else None
+    )
+    if job_examples:
         print(
             f"--tune-batch-size: probing for at most {tuning.batch.budget.PROBE_SHARE:.0%} of a "
-            f"job of {job:,} examples ({args.epochs} epochs x {examples:,}), once the first batch "
-            "is timed (half for the candidates, half for the gradient noise scale); batches "
-            "keep at least 20 steps an epoch"
+            f"job of {job_examples:,} examples ({args.epochs} epochs x {examples:,}), once the "
+            "first batch is timed (half for the candidates, half for the gradient noise scale); "
+            "batches keep at least 20 steps an epoch"
         )
     report = tuning.find_batch_size(
-        build_model,
-        unbatched,
-        loss=loss,
-        optimizer=optimizer,
-        strategy=run.strategy,
-        # Only a batch above yours can be chosen: the candidates start at it.
-        start=max(8 if args.smoke else args.batch_size, run.replicas),
-        limit=16 if args.smoke else None,
-        steps=1 if args.smoke else 5,
-        job_examples=job,
+        tuning.TuningJob(
+            build_model,
+            unbatched,
+            loss=loss,
+            optimizer=optimizer,
+            strategy=run.strategy,
+            job_examples=job_examples,
+        ),
+        search=tuning.BatchSearch(
+            # Only a batch above yours can be chosen: the candidates start at it.
+            start=max(8 if args.smoke else args.batch_size, run.replicas),
+            limit=16 if args.smoke else None,
+            steps=1 if args.smoke else 5,
+        ),
     )
     # The probe's models drew from the random generators: training starts from the seed
     # as it would without tuning (the same batch then trains the same weights).
@@ -127,12 +133,11 @@ def _replace_methods(args, methods, flag: str) -> None:
 def tune_batch_and_rate(run: common.Run, build_model, unbatched, *, loss, optimizer) -> None:
     """--tune: `tfaccel.tuning.tune` (the batch, then the rate at it); trains with both."""
     args = run.args
+    job = tfaccel.tuning.TuningJob(
+        build_model, unbatched, loss=loss, optimizer=optimizer, strategy=run.strategy
+    )
     tuned = tfaccel.tuning.tune(
-        build_model,
-        unbatched,
-        loss=loss,
-        optimizer=optimizer,
-        strategy=run.strategy,
+        job,
         batch_size=args.batch_size,
         learning_rate=args.learning_rate,
         epochs=None if args.smoke else args.epochs,

@@ -1,9 +1,9 @@
 """One `tune` for the batch and the rate: the batch first, then the rate at that batch.
 
 Example:
-    >>> tuned = tfaccel.tuning.tune(build_model, (x, y), loss="sparse_categorical_crossentropy",
-    ...                             optimizer="adam", batch_size=32, learning_rate=1e-3,
-    ...                             epochs=10)                        # doctest: +SKIP
+    >>> job = tfaccel.tuning.TuningJob(build_model, (x, y),            # doctest: +SKIP
+    ...                                loss="sparse_categorical_crossentropy", optimizer="adam")
+    >>> tuned = tfaccel.tuning.tune(job, batch_size=32, learning_rate=1e-3, epochs=10)
     >>> print(tuned.arguments())
     --batch-size 64 --learning-rate 0.003
 """
@@ -23,6 +23,8 @@ from tfaccel.tuning.batch import budget, inputs
 from tfaccel.tuning.batch.recommend import Recommendation, before_probing, recommend
 from tfaccel.tuning.batch.report import BatchSizeReport
 from tfaccel.tuning.batch.search import find_batch_size
+from tfaccel.tuning.batch.settings import BatchSearch
+from tfaccel.tuning.job import TuningJob, job_from, keywords
 from tfaccel.tuning.lr import sizing as lr_sizing
 from tfaccel.tuning.lr.finder import find_learning_rate
 from tfaccel.tuning.lr.report import LearningRateReport
@@ -105,60 +107,67 @@ def _rate_budget(spent: float, job_examples, eps, budget_s) -> float | None:
 
 
 def tune(
-    build_model: Callable[[], keras.Model],
-    data: Any,
+    job: TuningJob | Callable[[], keras.Model] | None = None,
+    data: Any = None,
+    /,
     *,
-    loss: Any,
     batch_size: int,
     learning_rate: float,
-    optimizer: Any = "adam",
-    strategy: tf.distribute.Strategy | None = None,
     epochs: int | None = None,
-    job_examples: int | None = None,
-    budget_s: float | None = None,
     lr_steps: int = 100,
     verbose: int = 1,
+    **fields: Any,
 ) -> Tuned:
     """Tunes the batch (`find_batch_size`, `recommend`), then the rate at that batch.
 
     The rate step is a range test (`find_learning_rate`) on a fresh model from
     `build_model` at the chosen batch, ramped from the scaled rate / 1000 to × 100;
     its suggestion wins, and without one the scaled rate stays (`note` says why).
-    With `epochs` or `job_examples` both steps together keep within the batch
+    With `epochs` or the job's `job_examples` both steps together keep within the batch
     tuner's bound, `budget.PROBE_SHARE` (10 %) of the job's time at the examples/s
     measured; the rate step is skipped when nothing is left, when the batch search
     declined at its first reading, or when that reading projects the range test (a
     build and trace as the first probe's, then its ramp) past what is left — `note`
     then says from what job size it fits. Its ramp is sized to the job
-    (`find_learning_rate`'s `job_examples`: too small a job runs no ramp).
+    (`find_learning_rate`'s `job_examples`: too small a job runs no ramp). The job's
+    `budget_s` bounds both steps' wall seconds.
 
     Args:
-        build_model: zero-argument callable returning an uncompiled `keras.Model`.
-        data: an unbatched `tf.data.Dataset` of `(x, y)`, or an `(x, y)` tuple of arrays.
-        loss: the loss, as for `model.compile`.
+        job: the job tuned: a `TuningJob`, or its `build_model` (then `data` and the
+            job's other fields as keywords, e.g. `tune(build_model, (x, y), loss="mse",
+            batch_size=32, learning_rate=1e-3)`). Its optimizer defaults to "adam"; its
+            model is uncompiled.
+        data: the job's data, when `job` is its `build_model`.
         batch_size: the global batch the job would train with untuned.
         learning_rate: the rate it would train with untuned.
-        optimizer: a Keras optimizer, its name, or a callable building one.
-        strategy: a `tf.distribute.Strategy` (batches are global); None → the default.
-        epochs: the job's epochs (its size is then epochs × the data's examples).
-        job_examples: the job's size in examples (wins over `epochs`).
-        budget_s: wall seconds for both steps.
+        epochs: the job's epochs (its size is then epochs × the data's examples; the
+            job's `job_examples` wins).
         lr_steps: steps of the range test.
         verbose: 1 prints the choice and the arguments to pass.
+        **fields: a `TuningJob`'s fields (`loss`, `optimizer`, `strategy`,
+            `job_examples`, `budget_s`...), each replacing the one in `job`.
 
     Returns:
         A `Tuned`: `batch_size`, `learning_rate`, `arguments()` and the reports.
+
+    Raises:
+        TypeError: a keyword that names no field of `TuningJob`, or no job.
     """
     began = time.perf_counter()
-    strategy = strategy or tf.distribute.get_strategy()
-    dataset = inputs.to_unbatched_dataset(data)
+    (job_fields,) = keywords("tune", fields, TuningJob)
+    job = job_from("tune", job, data, job_fields)
+    strategy = job.strategy or tf.distribute.get_strategy()
+    optimizer = "adam" if job.optimizer is None else job.optimizer
+    dataset = inputs.to_unbatched_dataset(job.data)
     examples = int(dataset.cardinality())
+    job_examples, budget_s = job.job_examples, job.budget_s
     if job_examples is None and epochs and examples > 0:
         job_examples = epochs * examples
-    users = {"batch_size": batch_size, "learning_rate": learning_rate, "optimizer": optimizer}
-    choice, report = _batch_step(
-        build_model, dataset, examples, loss, strategy, users, job_examples, budget_s
+    job = dataclasses.replace(
+        job, data=dataset, optimizer=optimizer, strategy=strategy, job_examples=job_examples
     )
+    users = {"batch_size": batch_size, "learning_rate": learning_rate, "optimizer": optimizer}
+    choice, report = _batch_step(job, examples, users)
     eps = report.best_examples_per_second if report is not None else None
     left = _rate_budget(time.perf_counter() - began, job_examples, eps, budget_s)
     rate_report, note, rate = None, "", choice.learning_rate
@@ -169,9 +178,7 @@ def tune(
     elif declined:
         note = declined
     else:
-        rate_report = _range_test(
-            build_model, dataset, choice, loss, optimizer, strategy, lr_steps, left, job_examples
-        )
+        rate_report = _range_test(job, choice, lr_steps, left)
         if rate_report.suggestion is not None:
             rate = rate_report.suggestion
         else:
@@ -184,24 +191,15 @@ def tune(
     return tuned
 
 
-def _batch_step(build_model, dataset, examples, loss, strategy, users, job_examples, budget_s):
+def _batch_step(job: TuningJob, examples: int, users: dict):
     """(Recommendation, BatchSizeReport or None): `before_probing`, else a search."""
-    replicas = strategy.num_replicas_in_sync
+    replicas = (job.strategy or tf.distribute.get_strategy()).num_replicas_in_sync
     if examples > 0:
         choice = before_probing(**users, examples=examples, replicas=replicas)
         if choice is not None:
             return choice, None
-    report = find_batch_size(
-        build_model,
-        dataset,
-        loss=loss,
-        optimizer=users["optimizer"],
-        strategy=strategy,
-        start=max(users["batch_size"], replicas),
-        steps=PROBE_STEPS,
-        job_examples=job_examples,
-        budget_s=budget_s,
-    )
+    search = BatchSearch(start=max(users["batch_size"], replicas), steps=PROBE_STEPS)
+    report = find_batch_size(job, search=search)
     return recommend(report, **users, replicas=replicas), report
 
 
@@ -237,11 +235,11 @@ def _declined(report, choice, left, lr_steps, job_examples, budget_s, began) -> 
     return f"{text} ({budget.PROBE_SHARE:.0%} of the job); from {threshold:,} examples up it fits"
 
 
-def _range_test(build_model, dataset, choice, loss, optimizer, strategy, steps, left, job_examples):
-    with strategy.scope():
-        model = build_model()
-        model.compile(optimizer=_optimizer_at(optimizer, choice.learning_rate), loss=loss)
-    batched = dataset.repeat().batch(choice.batch_size, drop_remainder=True)
+def _range_test(job: TuningJob, choice, steps, left):
+    with (job.strategy or tf.distribute.get_strategy()).scope():
+        model = job.build_model()
+        model.compile(optimizer=_optimizer_at(job.optimizer, choice.learning_rate), loss=job.loss)
+    batched = job.data.repeat().batch(choice.batch_size, drop_remainder=True)
     if not model.built:
         model(next(iter(batched))[0])
     return find_learning_rate(
@@ -251,5 +249,5 @@ def _range_test(build_model, dataset, choice, loss, optimizer, strategy, steps, 
         max_lr=choice.learning_rate * RAMP_ABOVE,
         num_steps=steps,
         budget_s=None if left is None else max(left, math.ulp(1.0)),
-        job_examples=job_examples,
+        job_examples=job.job_examples,
     )

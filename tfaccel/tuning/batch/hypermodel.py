@@ -23,6 +23,7 @@ from tfaccel.callbacks._steps import StepClock, wait_for
 from tfaccel.tuning.batch import inputs
 from tfaccel.tuning.batch.report import BatchSizeReport
 from tfaccel.tuning.batch.search import find_batch_size
+from tfaccel.tuning.job import TuningJob
 from tfaccel.tuning.oom import describe_out_of_memory, is_out_of_memory, release_memory
 from tfaccel.tuning.scaling import check_lr_scaling, resolve_lr_scaling, scaled_learning_rate
 
@@ -95,7 +96,8 @@ class BatchSizeHyperModel(keras_tuner.HyperModel):
         loss: loss for models that `build_model` returns uncompiled.
         optimizer: optimizer (name, instance, or class) for uncompiled models.
         metrics: metrics for uncompiled models.
-        probe_kwargs: extra arguments for `find_batch_size` with `batch_sizes="auto"`.
+        probe_kwargs: extra arguments for `find_batch_size` with `batch_sizes="auto"` (a
+            `TuningJob`'s fields, e.g. `strategy`, or a `BatchSearch`'s, e.g. `start`).
         **kwargs: `keras_tuner.HyperModel` arguments (`name`, `tunable`).
 
     Raises:
@@ -200,22 +202,22 @@ class BatchSizeHyperModel(keras_tuner.HyperModel):
 
     def _auto_batch_sizes(self, hp, dataset: tf.data.Dataset, model: keras.Model) -> list[int]:
         if self.probe_report is None:
-            loss = model.loss
-            optimizer = model.optimizer
             defaults = keras_tuner.HyperParameters()
             defaults.values.update(hp.values)
+            job = TuningJob(
+                lambda: self.build_model(defaults),
+                dataset,
+                loss=model.loss,
+                optimizer=model.optimizer,
+            )
             # Only powers of two become choices, so "power" mode is enough.
-            kwargs = {
+            settings = {
                 "limit": inputs.count_examples(dataset),
                 "mode": "power",
                 "noise_scale": False,  # only the largest fit is used here
-                "loss": loss,
-                **self.probe_kwargs,
+                **self.probe_kwargs,  # a job's fields or a BatchSearch's
             }
-            kwargs.setdefault("optimizer", optimizer)
-            self.probe_report = find_batch_size(
-                lambda: self.build_model(defaults), dataset, **kwargs
-            )
+            self.probe_report = find_batch_size(job, **settings)
         largest = self.probe_report.max_batch_size
         sizes = [2**k for k in range(4, int(math.log2(largest)) + 1)]
         return sizes or [2 ** int(math.log2(largest))]

@@ -2,29 +2,29 @@
 
 from __future__ import annotations
 
+import dataclasses
 import warnings
 from collections.abc import Callable
 from typing import Any
 
 import keras
-import tensorflow as tf
 
 from tfaccel.tuning.batch.search import find_batch_size
+from tfaccel.tuning.batch.settings import BatchSearch
+from tfaccel.tuning.job import TuningJob, job_from, keywords
 
 
 def largest_batch_size(
-    build_model: Callable[[], keras.Model],
-    data: Any,
+    job: TuningJob | Callable[[], keras.Model] | None = None,
+    data: Any = None,
+    /,
     *,
-    loss: Any,
-    optimizer: Any = "sgd",
-    strategy: tf.distribute.Strategy | None = None,
     start: int = 8,
     limit: int | None = None,
     granularity: int = 8,
     steps: int = 1,
     memory_budget_mb: float | None = None,
-    budget_s: float | None = None,
+    **fields: Any,
 ) -> int:
     """The largest global batch whose training steps fit in memory.
 
@@ -32,24 +32,25 @@ def largest_batch_size(
     noise scale, enough steps an epoch, a share of the job's time), so its largest
     tried batch stops well short of memory. This asks memory alone: doubling from
     `start` until a candidate fails, then bisecting on multiples of `granularity`, with
-    no limit from steps per epoch, the noise scale or the job's time. The data's
-    examples still bound it (a larger batch would repeat examples): when the search
-    ends for a reason other than memory a warning says so (the answer is then a lower
-    bound). For the table of candidates, call `find_batch_size(...,
-    min_steps_per_epoch=1, noise_scale=False)`.
+    no limit from steps per epoch, the noise scale or the job's size (its
+    `job_examples` is not used). The data's examples still bound it (a larger batch
+    would repeat examples), and so does the job's `budget_s`: when the search ends for
+    a reason other than memory a warning says so (the answer is then a lower bound).
+    For the table of candidates, call `find_batch_size(job,
+    search=BatchSearch(min_steps_per_epoch=1, noise_scale=False))`.
 
     Args:
-        build_model: zero-argument callable returning a `keras.Model`.
-        data: an unbatched `tf.data.Dataset` of `(x, y)`, or an `(x, y)` tuple of arrays.
-        loss: the loss, as for `model.compile`.
-        optimizer: the optimizer (its slots count towards memory).
-        strategy: a `tf.distribute.Strategy` (batches are global); None → the default.
+        job: the job: a `TuningJob`, or its `build_model` (then `data` and the job's
+            other fields as keywords, e.g. `largest_batch_size(build_model, (x, y),
+            loss="mse")`). Its optimizer (default "sgd") counts towards memory: its slots.
+        data: the job's data, when `job` is its `build_model`.
         start: the first candidate.
         limit: the largest batch to try (None: memory alone).
         granularity: the answer is resolved to a multiple of this.
         steps: timed steps per candidate after its warm-up step.
         memory_budget_mb: the memory a candidate may use (default: as `find_batch_size`).
-        budget_s: wall seconds the search may take.
+        **fields: a `TuningJob`'s fields (`loss`, `optimizer`, `strategy`, `budget_s`...),
+            each replacing the one in `job`.
 
     Returns:
         The largest batch that ran.
@@ -57,17 +58,15 @@ def largest_batch_size(
     Raises:
         NoBatchSizeFitsError: not even the smallest batch tried fits.
         ValueError: as `find_batch_size`.
+        TypeError: a keyword that names no field of `TuningJob`, or no job.
 
     Warns:
         UserWarning: the search ended at the data's size, `limit` or `budget_s`, not at
             memory.
     """
-    report = find_batch_size(
-        build_model,
-        data,
-        loss=loss,
-        optimizer=optimizer,
-        strategy=strategy,
+    (job_fields,) = keywords("largest_batch_size", fields, TuningJob)
+    job = job_from("largest_batch_size", job, data, job_fields)
+    search = BatchSearch(
         start=start,
         limit=limit,
         mode="binsearch",
@@ -76,14 +75,14 @@ def largest_batch_size(
         memory_budget_mb=memory_budget_mb,
         noise_scale=False,
         min_steps_per_epoch=1,
-        budget_s=budget_s,
         confirm=False,
     )
+    report = find_batch_size(dataclasses.replace(job, job_examples=None), search=search)
     if report.capped_by not in (None, "memory"):
         why = {
             "data": f"the data's {report.examples} examples",
             "limit": f"limit={limit}",
-            "time": f"budget_s={budget_s}",
+            "time": f"budget_s={job.budget_s}",
         }.get(report.capped_by, report.capped_by)
         warnings.warn(
             f"largest_batch_size: the search stopped at {why}, not at memory: batches "

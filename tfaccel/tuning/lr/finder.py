@@ -20,22 +20,26 @@ fit afterwards) and a Python iterator (consumed).
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 import random
 import tempfile
 import time
+from typing import Any
 
 import keras
 import numpy as np
 import tensorflow as tf
 
 from tfaccel.train.loop.faults import TrainingDivergedError
+from tfaccel.tuning.job import keywords
 from tfaccel.tuning.lr import decline as lr_decline
 from tfaccel.tuning.lr import inputs as lr_inputs
 from tfaccel.tuning.lr import nonfinite as lr_nonfinite
 from tfaccel.tuning.lr import rule as lr_rule
 from tfaccel.tuning.lr import sizing as lr_sizing
+from tfaccel.tuning.lr.ramp import LRRamp
 from tfaccel.tuning.lr.report import LearningRateReport
 
 RECENT = 5  # divergence is read on the median of the last few losses
@@ -306,19 +310,9 @@ def _build_optimizer(model, trainer) -> None:
             model.optimizer.build(model.trainable_variables)
 
 
-def _check_arguments(min_lr, max_lr, num_steps, budget_s, stop_factor) -> None:
-    if not (0 < min_lr < max_lr) or not math.isfinite(max_lr):
-        raise ValueError(f"Need 0 < min_lr < max_lr, got min_lr={min_lr}, max_lr={max_lr}.")
-    if isinstance(num_steps, bool) or not isinstance(num_steps, int):
-        raise TypeError(f"num_steps must be an integer, got {num_steps!r}.")
-    if num_steps < lr_rule.MIN_POINTS:
-        raise ValueError(
-            f"num_steps={num_steps} is too few for a curve: at least {lr_rule.MIN_POINTS}."
-        )
+def _check_budget(budget_s) -> None:
     if budget_s is not None and budget_s <= 0:
         raise ValueError(f"budget_s must be positive (or None), got {budget_s}.")
-    if stop_factor <= 1:
-        raise ValueError(f"stop_factor must be above 1, got {stop_factor}.")
 
 
 def find_learning_rate(
@@ -327,13 +321,11 @@ def find_learning_rate(
     y=None,
     *,
     batch_size: int | None = None,
-    min_lr: float = 1e-6,
-    max_lr: float = 1.0,
-    num_steps: int = 100,
+    ramp: LRRamp | None = None,
     budget_s: float | None = None,
-    stop_factor: float = 4.0,
     job_examples: int | None = None,
     verbose: int = 0,
+    **ramp_fields: Any,
 ) -> LearningRateReport:
     """Runs a learning-rate range test and suggests the rate to train at, or says why not.
 
@@ -350,12 +342,10 @@ def find_learning_rate(
             arrays with `y`.
         y: labels, for array features.
         batch_size: the batch for arrays (default 32, as Keras).
-        min_lr: the ramp's first rate (with a schedule: its base rate).
-        max_lr: the ramp's last rate.
-        num_steps: steps of the ramp (at least `lr_rule.MIN_POINTS`); the data must hold
-            that many batches.
+        ramp: the ramp (`LRRamp`: `min_lr`, `max_lr`, `num_steps`, `stop_factor`);
+            None: its defaults, from 1e-6 to 1.0 over 100 steps. The data must hold
+            `num_steps` batches.
         budget_s: stop the ramp after this many seconds.
-        stop_factor: stop when the loss exceeds this multiple of its lowest.
         job_examples: the job's size (epochs × examples), as `find_batch_size` takes: the
             ramp is then at most `lr_sizing.RAMP_SHARE` (5 %) of the job's steps, and
             below `lr_sizing.MIN_RAMP` steps nothing runs (no suggestion, reason "too
@@ -364,6 +354,9 @@ def find_learning_rate(
             test past 5 % of the job's time (`lr_decline.PROBE_SHARE`), it stops there
             (stopped "declined", from what job size it runs).
         verbose: passed to `fit`.
+        **ramp_fields: an `LRRamp`'s fields (`min_lr`, `max_lr`, `num_steps`,
+            `stop_factor`), each replacing the one in `ramp`: e.g.
+            `find_learning_rate(model, data, min_lr=1e-5, max_lr=10.0)`.
 
     Returns:
         A `LearningRateReport` (`suggestion`, `reason`, the curve, `plot()`, `to_dict()`).
@@ -374,9 +367,14 @@ def find_learning_rate(
             than `num_steps` (or ran out before enough points), the loss of the first
             batch is not finite (before any update: the model, not the rate), a bad
             range, or a model not compiled.
-        TypeError: a target that is neither a Trainer nor a keras.Model.
+        TypeError: a target that is neither a Trainer nor a keras.Model, or a keyword
+            that names no field of `LRRamp`.
     """
-    _check_arguments(min_lr, max_lr, num_steps, budget_s, stop_factor)
+    (fields,) = keywords("find_learning_rate", ramp_fields, LRRamp)
+    if ramp is None or fields:
+        ramp = dataclasses.replace(ramp or LRRamp(), **fields)
+    _check_budget(budget_s)
+    num_steps = ramp.num_steps
     model, optimizer, objects, trainer = _target(target)
     data = lr_inputs.checked(data, y)  # NaN or inf inputs: a ValueError naming them
     job_steps = batch = None
@@ -402,8 +400,8 @@ def find_learning_rate(
         )
     snapshot = _Snapshot(objects, model, trainer)
     control = RateControl(optimizer)
-    ramp = LRRangeTest(
-        control, min_lr, max_lr, num_steps, budget_s, stop_factor, snapshot.take,
+    test = LRRangeTest(
+        control, ramp.min_lr, ramp.max_lr, num_steps, budget_s, ramp.stop_factor, snapshot.take,
         job_steps=job_steps, batch=batch,
     )  # fmt: skip
     kwargs = {"batch_size": batch_size} if y is not None else {}
@@ -417,18 +415,18 @@ def find_learning_rate(
                 y,
                 epochs=1,
                 steps_per_epoch=num_steps,
-                callbacks=[ramp],
+                callbacks=[test],
                 verbose=verbose,
                 **kwargs,
             )
     except TrainingDivergedError:  # the Trainer refuses non-finite weights at once
-        ramp.rates.append(ramp.rate_at(ramp.done))
-        ramp.losses.append(math.nan)
-        ramp.stopped = lr_nonfinite.cause(ramp.losses)
+        test.rates.append(test.rate_at(test.done))
+        test.losses.append(math.nan)
+        test.stopped = lr_nonfinite.cause(test.losses)
     finally:
         control.restore()
         snapshot.restore()
-    return _report(ramp, control, time.perf_counter() - began)
+    return _report(test, control, time.perf_counter() - began)
 
 
 def _report(ramp: LRRangeTest, control: RateControl, seconds: float) -> LearningRateReport:
