@@ -4,8 +4,8 @@ For an MLP (784-2048-2048-10), a 3-conv CNN (32x32x3), ResNet-18 at width 16 and
 convolutional sequence model (256 steps x 16 channels), in one process:
 
 1. what `Trainer(precision="auto", jit_compile="auto")` chooses at its first fit for a
-   job of `JOB_STEPS` steps (20 epochs) (`tfaccel.train.setup.xla_choice.choose_for_feed`, the
-   function the Trainer calls), its measured rates and the probe's cost as a share of
+   job of `JOB_STEPS` steps (20 epochs) (`tfaccel.choices.resolve_fit`, the function the
+   Trainer calls), its measured rates and the probe's cost as a share of
    that job (at the chosen pair's measured rate);
 2. each fixed pair of this hardware's candidate policies x (no XLA, XLA) trained by a
    Trainer: a warm-up fit each (tracing, compiling), then alternating rounds of fits of a
@@ -32,8 +32,9 @@ import tensorflow as tf
 
 import tfaccel
 from tfaccel import precision, strict_json
+from tfaccel.choices import resolution
+from tfaccel.choices.loop_size import LoopSizer
 from tfaccel.data.assembly.feed import Feed
-from tfaccel.train.setup import xla_choice
 
 RESULTS = pathlib.Path(__file__).parent / "results" / "autos.json"
 JOB_STEPS = 20_000  # the job "auto" decides for: its probe must stay within 5 % of it
@@ -118,17 +119,11 @@ def choice(build, dataset, policies) -> dict:
     t = trainer(build, None, False, 1)  # the model and loss as the Trainer resolves them
     feed = Feed(dataset.repeat(), t.strategy, what="training")
     began = time.perf_counter()
-    chosen, xla = xla_choice.choose_for_feed(
-        t.model,
-        t.loss,
-        t.strategy,
-        feed,
-        build,
-        JOB_STEPS // 20,  # 20 epochs: the timed rounds get 5 % of one epoch
-        policies=policies,
-        steps=JOB_STEPS,
-        precision_open=len(policies) > 1,
-    )
+    step = resolution.Step(t.model, t.loss, t.strategy, build)
+    asked = resolution.Asked(precision=len(policies) > 1, jit_compile=True)
+    job = resolution.Job(feed, JOB_STEPS // 20, 20)  # 20 epochs: 5 % of one for the rounds
+    made = resolution.resolve_fit(step, asked, job, LoopSizer(1))
+    chosen, xla = made.precision, made.jit_compile
     return {
         "policy": chosen.policy if chosen is not None else policies[0],
         "policy_reason": chosen.describe() if chosen is not None else "",

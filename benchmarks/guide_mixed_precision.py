@@ -20,7 +20,7 @@ turn). Timed: from the `fit` call to its end (the model built before, the Traine
 before). Reports medians and each one's ratio to the guide's fastest variant's median
 (>1: faster).
 
-tfaccel's operation probe caches its rates per machine (`tfaccel.precision_probe`): the
+tfaccel's operation probe caches its rates per machine (`tfaccel.choices.operations`): the
 run gives its processes a new, empty cache directory ($TFACCEL_CACHE_DIR), so the first
 tfaccel round measures them ("cold") and the later ones read them ("warm"); both are
 reported apart as well as together.
