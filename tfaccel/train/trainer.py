@@ -31,14 +31,14 @@ from tfaccel.train.setup import (
     methods_setup,
     model_steps,
     remainder,
+    runner_made,
     settings,
     startup,
     xla_choice,
 )
 from tfaccel.train.state import saving
 from tfaccel.train.state.policies import Checkpointing, FaultPolicy
-from tfaccel.train.step import accumulation, precision_step, user_step
-from tfaccel.train.step.runner import EVALUATION_STEPS_PER_LOOP, Runner
+from tfaccel.train.step import accumulation, precision_step
 
 logger = logging.getLogger("tfaccel")
 
@@ -159,7 +159,10 @@ class Trainer:
             self._given_optimizer = setup.optimizer
         self.jit_compile = settings.resolve_jit_compile(jit_compile, self.model, self.strategy)
         self._auto_jit, self.jit_choice = jit_compile == "auto" and not self.model_steps, None
-        self._on_oom = on_oom
+        own_steps = self.model_steps is not None  # the model's train_step runs
+        self._runner_maker = runner_made.RunnerMaker(
+            self.strategy, self.accumulate_steps, on_oom, self.steps_per_loop, own_steps
+        )
         self.startup, self._clock, self._checked = None, startup.IDLE, checked.Checked()
         self._make_runner()
         if self._precision is not None and self._precision != self.model.dtype_policy.name:
@@ -169,25 +172,10 @@ class Trainer:
         self.methods = methods_setup.Methods(methods)  # its plan is made at the first fit
 
     def _make_runner(self, policy=None) -> None:
-        """The inner loop and the state it owns; fit's outer loop sees only its interface.
-
-        The optimizer is wrapped for loss scaling when `policy` (default: the global one)
-        computes in float16; one the user wrapped stays as given.
-        """
-        self.optimizer = precision.wrap_optimizer(self._given_optimizer, policy)
-        self.runner = (Runner if self.model_steps is None else user_step.ModelStepRunner)(
-            self.model,
-            optimizer=self.optimizer,
-            loss=self.loss,
-            metrics=self.metrics,
-            strategy=self.strategy,
-            jit_compile=self.jit_compile,
-            accumulate_steps=self.accumulate_steps,
-            on_oom=self._on_oom,
-            evaluation_steps_per_loop=(
-                EVALUATION_STEPS_PER_LOOP if self.steps_per_loop == "auto" else self.steps_per_loop
-            ),
-        )
+        """The inner loop and the state it owns (`runner_made`), the optimizer wrapped for
+        `policy` (default: the global one); fit's outer loop sees only its interface."""
+        parts = self.model, self._given_optimizer, self.loss, self.metrics, self.jit_compile
+        self.optimizer, self.runner = self._runner_maker.make(*parts, policy)
 
     def _train_under(self, policy: str, reason: str) -> None:
         """From now on the Trainer trains a copy of the model under `policy` (before any
@@ -202,6 +190,17 @@ class Trainer:
         self._make_runner(policy)
         if self.precision_choice is None:
             self.precision_choice = precision.Choice(policy, reason)
+
+    def _apply_methods(self, train: Feed, callbacks: list, steps_per_epoch, epochs: int):
+        """`methods=`, planned at the first fit (the runner made anew around the plan's loss,
+        metrics and optimizer when a method applies); (train, callbacks) with its own."""
+        parts = self.model, self.loss, self.metrics, self._given_optimizer, self.strategy
+        given = methods_setup.Ingredients(*parts, self.accumulate_steps)
+        made = self.methods.plan_once(given, train, steps_per_epoch, epochs)
+        if made is not None:
+            self.loss, self.metrics, self._given_optimizer = made.loss, made.metrics, made.optimizer
+            self._make_runner(self.model.dtype_policy.name)
+        return self.methods.apply(train, callbacks, self.runner.retrace)
 
     def _choose_step(self, feed: Feed, steps_per_epoch, epochs: int) -> None:
         """`precision="auto"` and `jit_compile="auto"`, at the first fit: times the candidate
@@ -385,7 +384,8 @@ class Trainer:
         self._clock = clock = self.startup = startup.Startup(verbose)
         if validation_freq != 1:
             array_inputs.refuse("validation_freq", validation_freq)
-        arguments.check_initial_epoch(initial_epoch)
+        steps = epochs, steps_per_epoch, initial_epoch, None, validation_steps  # checked first
+        schedule = Schedule(*steps, self._loop_sizer, verbose)
         train_data, validation_data = array_inputs.training_data(
             x,
             y,
@@ -399,16 +399,12 @@ class Trainer:
             strategy=self.strategy,
             jit_compile=self.jit_compile,
         )
-        verbose = 1 if verbose == "auto" else verbose
-        arguments.check_steps("validation_steps", validation_steps)
         callbacks = arguments.callback_list(callbacks)
-        schedule = Schedule(epochs, steps_per_epoch, initial_epoch, sizer=self._loop_sizer)
-        schedule.validation_steps, schedule.verbose = validation_steps, verbose
         checkpointing = Checkpointing(checkpoint_dir, checkpoint_every, keep, resume)
         faults = FaultPolicy(divergence_loops, restore_on_divergence, exit_on_preemption)
         clock.lap("arguments and array inputs")
         train = Feed.of(train_data, self.strategy, what="training")  # a Feed is reused
-        train, callbacks = self.methods.apply(self, train, callbacks, steps_per_epoch, epochs)
+        train, callbacks = self._apply_methods(train, callbacks, steps_per_epoch, epochs)
         self._choose_step(train, steps_per_epoch, epochs - initial_epoch)
         self.feed(train, steps=steps_per_epoch)
         remainder.warn_if_dropped(train, self.jit_compile)
@@ -419,16 +415,20 @@ class Trainer:
         callbacks = startup.before_loop(clock, train, checkpointing, callbacks)
         loop = FitLoop(self.runner, train, schedule, callbacks, checkpointing, faults)
         try:  # the checkpoint directory is this run's until fit ends, however it ends
-            self.settings = settings.resolve(self, train, loop.steps_per_epoch)
+            decided = {"precision": self.precision_choice, "jit": self.jit_choice}
+            rows = {"model_steps": self.model_steps, "methods": self.methods}
+            self.settings = settings.resolve(
+                self.runner, train, loop.steps_per_epoch, self._loop_sizer, **decided, **rows
+            )
             (print if verbose else logger.info)(settings.format_table(self.settings))
             clock.lap("fit loop set-up and settings table")
             self.preempted = False
             history = loop.run()
-            compiled.copy_weights_back(self)
+            compiled.copy_weights_back(self.model, self.source_model)
             return history
         except (SystemExit, KeyboardInterrupt):
             if loop.preempted:  # what trained before the signal is the user's model's too
-                compiled.copy_weights_back(self)
+                compiled.copy_weights_back(self.model, self.source_model)
             raise
         finally:
             loop.close()

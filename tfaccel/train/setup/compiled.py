@@ -347,8 +347,8 @@ def compile_copy(copy: keras.Model, resolved: Resolved, given: CompileSettings, 
         logger.info("The model's in-scope copy was not compiled (%s).", error)
 
 
-def copy_weights_back(trainer) -> None:
-    """After `fit`: the trained weights into the user's model when the Trainer trained a copy."""
-    original = getattr(trainer, "source_model", None)
-    if original is not None:
-        original.set_weights(trainer.model.get_weights())
+def copy_weights_back(model: keras.Model, source_model: keras.Model | None) -> None:
+    """After `fit`: `model`'s trained weights into the user's `source_model` when the
+    Trainer trained a copy (None: it trained the user's model itself)."""
+    if source_model is not None:
+        source_model.set_weights(model.get_weights())

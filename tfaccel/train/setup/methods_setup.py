@@ -17,7 +17,11 @@ block variables, saved with the model.
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Callable
+
 import keras
+import tensorflow as tf
 
 from tfaccel import methods as methods_lib
 from tfaccel.data.assembly.feed import Feed
@@ -41,10 +45,31 @@ def check_argument(methods):
     return methods
 
 
-def plan(trainer, methods, optimizer, train: Feed, steps_per_epoch, epochs: int):
-    """Checks and applies `methods` to the job of `trainer`'s first `fit`: sets its loss
-    and metrics; returns the `tfaccel.methods.Plan` (whose `.optimizer` the runner is to
-    be made with).
+@dataclasses.dataclass(frozen=True)
+class Ingredients:
+    """What the methods read of the Trainer's job, and what they may replace before step 1
+    (the loss, the metrics, the optimizer as given, before loss scaling wraps it).
+
+    Attributes:
+        model: the model trained.
+        loss: the per-example loss (`losses.PerExampleLoss`).
+        metrics: the metric objects.
+        optimizer: the optimizer the runner is made with (unwrapped).
+        strategy: the strategy the metrics are made under.
+        accumulate_steps: batches per optimizer step (schedules count optimizer steps).
+    """
+
+    model: keras.Model
+    loss: PerExampleLoss
+    metrics: list
+    optimizer: keras.optimizers.Optimizer
+    strategy: tf.distribute.Strategy
+    accumulate_steps: int = 1
+
+
+def plan(methods, given: Ingredients, train: Feed, steps_per_epoch, epochs: int):
+    """Checks and applies `methods` to the job of a Trainer's first `fit`; returns the
+    `tfaccel.methods.Plan` and the ingredients it made (its loss, metrics, optimizer).
 
     Raises:
         ValueError, TypeError: a method that cannot apply (its `check`), before step 1.
@@ -56,24 +81,24 @@ def plan(trainer, methods, optimizer, train: Feed, steps_per_epoch, epochs: int)
             "unknown or infinite length."
         )
     job = methods_lib.Job(
-        trainer.model,
-        trainer.loss.fn,
-        optimizer,
+        given.model,
+        given.loss.fn,
+        given.optimizer,
         train.element_spec,
         epochs,
-        accumulation.applied_steps(int(steps), trainer.accumulate_steps),  # optimizer steps
+        accumulation.applied_steps(int(steps), given.accumulate_steps),  # optimizer steps
         train.global_batch,
         batch_fixed=True,
     )
-    with trainer.strategy.scope():
+    loss, metrics = given.loss, given.metrics
+    with given.strategy.scope():
         made = methods_lib.plan_for(methods, job)
-        if made.loss is not trainer.loss.fn:
-            given = trainer.loss
-            trainer.loss = PerExampleLoss(made.loss, weight=given.weight)
-            trainer.loss.sums = given.sums  # the user's reduction (its per-example copy has none)
+        if made.loss is not given.loss.fn:
+            loss = PerExampleLoss(made.loss, weight=given.loss.weight)
+            loss.sums = given.loss.sums  # the user's reduction (its per-example copy has none)
         if made.one_hot:
-            trainer.metrics = [_categorical(m) for m in trainer.metrics]
-    return made
+            metrics = [_categorical(m) for m in metrics]
+    return made, dataclasses.replace(given, loss=loss, metrics=metrics, optimizer=made.optimizer)
 
 
 def _categorical(metric):
@@ -98,23 +123,28 @@ class Methods:
         self.argument = check_argument(argument)
         self.plan = None
 
-    def apply(self, trainer, train: Feed, callbacks: list, steps_per_epoch, epochs: int):
-        """At the first fit: plans, and makes the runner anew around the plan's optimizer
-        and loss (before any step; kept when no method applies). Every fit: the training
-        feed with the plan's batch maps, and the callbacks with the plan's. Returns (feed,
-        callbacks)."""
-        if self.argument is None:
-            return train, callbacks
-        if self.plan is None:
-            optimizer = trainer._given_optimizer
-            self.plan = plan(trainer, self.argument, optimizer, train, steps_per_epoch, epochs)
-            if self.plan.methods:  # none applied ("fast" on a short table): the runner stands
-                trainer._given_optimizer = self.plan.optimizer
-                trainer._make_runner(trainer.model.dtype_policy.name)
+    def plan_once(
+        self, given: Ingredients, train: Feed, steps_per_epoch, epochs: int
+    ) -> Ingredients | None:
+        """At the first fit: plans; returns the plan's loss, metrics and optimizer, with
+        which the Trainer makes its runner anew (before any step). None at later fits,
+        without methods, and when none applied ("fast" on a short table: the runner stands,
+        its loss and metrics unchanged)."""
+        if self.argument is None or self.plan is not None:
+            return None
+        self.plan, made = plan(self.argument, given, train, steps_per_epoch, epochs)
+        return made if self.plan.methods else None
+
+    def apply(self, train: Feed, callbacks: list, retrace: Callable[[], None]):
+        """Every fit: the training feed with the plan's batch maps, and the callbacks with
+        the plan's (a freezing callback retraces the step loops with `retrace`). Returns
+        (feed, callbacks)."""
         made = self.plan
+        if self.argument is None or made is None:
+            return train, callbacks
         for callback in made.callbacks:
             if isinstance(callback, FreezeEarlyLayers):
-                callback.retrace = trainer.runner.retrace
+                callback.retrace = retrace
         if made.maps:
             train = train.mapped(lambda dataset: transform(dataset, made.maps, made.seed))
         return train, [*callbacks, *made.callbacks]

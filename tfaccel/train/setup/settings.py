@@ -47,33 +47,56 @@ def format_table(settings: dict) -> str:
     return "\n".join(lines)
 
 
-def resolve(trainer, feed, steps_per_epoch: int | None) -> dict:
-    """The settings table of one `fit`: what the Trainer resolved, each in words."""
-    replicas = trainer.strategy.num_replicas_in_sync
-    policy = trainer.model.dtype_policy.name
+def resolve(
+    runner,
+    feed,
+    steps_per_epoch: int | None,
+    sizer,
+    *,
+    precision=None,
+    jit=None,
+    model_steps=None,
+    methods=None,
+) -> dict:
+    """The settings table of one `fit`: what the Trainer resolved, each in words.
+
+    Args:
+        runner: the inner loop (its strategy, model, optimizer, accumulation, on_oom split
+            and jit_compile are read).
+        feed: the training `Feed`.
+        steps_per_epoch: applied steps per epoch (None: until the data ends).
+        sizer: the `LoopSizer` (steps per loop, and why).
+        precision: the dtype policy's choice (its `describe()`), or None: the model's.
+        jit: the XLA choice (its `describe()`), or None: `runner.jit_compile`.
+        model_steps: a model's own steps (`model_steps.ModelSteps`: its row), or None.
+        methods: the Trainer's `methods_setup.Methods` (a row per method), or None.
+    """
+    strategy = runner.strategy
+    replicas = strategy.num_replicas_in_sync
+    policy = runner.model.dtype_policy.name
     global_batch = feed.global_batch
     per_replica = global_batch // replicas if global_batch else None
-    k = trainer.accumulate_steps
+    k = runner.batches_per_step
     return {
-        "strategy": type(trainer.strategy).__name__,
-        **(trainer.model_steps.rows() if getattr(trainer, "model_steps", None) else {}),
-        "cluster": cluster.source_of(trainer.strategy),
+        "strategy": type(strategy).__name__,
+        **(model_steps.rows() if model_steps else {}),
+        "cluster": cluster.source_of(strategy),
         "replicas": replicas,
         "per_replica_batch": per_replica,
         "global_batch": global_batch,
         "accumulate_steps": k,
         "effective_global_batch": global_batch * k if global_batch else None,
-        "on_oom": _on_oom_text(trainer.runner),
+        "on_oom": _on_oom_text(runner),
         "drop_remainder": _dropped_text(feed),
-        "dtype_policy": trainer.precision_choice.describe() if trainer.precision_choice else policy,
-        "loss_scale": loss_scale_of(trainer.optimizer) or "none",
-        "jit_compile": trainer.jit_choice.describe() if trainer.jit_choice else trainer.jit_compile,
+        "dtype_policy": precision.describe() if precision else policy,
+        "loss_scale": loss_scale_of(runner.optimizer) or "none",
+        "jit_compile": jit.describe() if jit else runner.jit_compile,
         "steps_per_epoch": _steps_text(steps_per_epoch, k),
-        "steps_per_loop": trainer.loop_sizer.describe(steps_per_epoch),
-        "devices": _device_names(trainer.strategy),
+        "steps_per_loop": sizer.describe(steps_per_epoch),
+        "devices": _device_names(strategy),
         **({"input_service": feed.service.describe()} if feed.service is not None else {}),
         "input_order": _order_text(feed),
-        **(trainer.methods.rows() if hasattr(trainer, "methods") else {}),
+        **(methods.rows() if methods else {}),
     }
 
 
