@@ -39,6 +39,11 @@ LAYERS = [
 RANK = {concern: rank for rank, row in enumerate(LAYERS) for concern in row}
 MAX_MODULES, MAX_FILE_LINES, MAX_FUNCTION_CODE = 16, 500, 80
 MAX_CLASS_LINES = 400
+MAX_PARAMETERS = 10
+# Functions that mirror model.fit / model.compile or tf.data take their arguments as those
+# do (at most 4); any other function over MAX_PARAMETERS groups what it shares in an object
+# (as the tuners take one tuning.TuningJob).
+MIRRORS = {"Trainer.__init__", "Trainer.fit", "training_data", "pipeline"}
 TRAINER_MODULE = PACKAGE / "train" / "trainer.py"
 
 
@@ -216,6 +221,35 @@ def long_functions(path: pathlib.Path) -> list[str]:
     ]
 
 
+def parameter_count(node: ast.FunctionDef | ast.AsyncFunctionDef) -> int:
+    """A function's parameters, `self` and `cls` left out; `*args` and `**kwargs` one each."""
+    args = node.args
+    names = [a.arg for a in (*args.posonlyargs, *args.args, *args.kwonlyargs)]
+    if names and names[0] in ("self", "cls"):
+        names = names[1:]
+    return len(names) + (args.vararg is not None) + (args.kwarg is not None)
+
+
+def long_parameter_lists(source: str, where: str) -> list[tuple[str, str]]:
+    """`(qualified name, "where::name (n parameters)")` of each function in `source`
+    taking more than MAX_PARAMETERS (a method as `Class.name`)."""
+    found = []
+
+    def visit(node: ast.AST, prefix: str) -> None:
+        for child in ast.iter_child_nodes(node):
+            inner = prefix
+            if isinstance(child, ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef):
+                inner = f"{prefix}{child.name}."
+            if isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef):
+                if (n := parameter_count(child)) > MAX_PARAMETERS:
+                    name = prefix + child.name
+                    found.append((name, f"{where}::{name} ({n} parameters)"))
+            visit(child, inner)
+
+    visit(ast.parse(source), "")
+    return found
+
+
 # -- the rules, on the real tree -------------------------------------------------------
 
 
@@ -261,6 +295,11 @@ def test_no_folder_holds_more_than_16_modules():
 KNOWN_LONG_CLASSES = {"Trainer"}
 KNOWN_PRIVATE_TRAINER_READS = {"_auto_precision", "_auto_jit", "_builder"}  # choices/xla.py
 KNOWN_TWO_WAY_FOLDERS: set[str] = set()
+KNOWN_LONG_PARAMETER_LISTS = {
+    "StepLoops.__init__",  # train/step/steps.py (11)
+    "launch",  # launcher/launch.py (11)
+    "BatchSizeHyperModel.__init__",  # tuning/batch/hypermodel.py (12, with keras-tuner's **kwargs)
+}
 
 
 def test_no_sibling_folders_import_each_other_both_ways():
@@ -287,6 +326,30 @@ def test_no_class_passes_400_lines():
         if c.split("::")[1].split(" ")[0] not in KNOWN_LONG_CLASSES
     ]
     assert not found, "\n".join(found)
+
+
+def test_no_function_takes_more_than_10_parameters():
+    assert len(MIRRORS) <= 4, "at most 4 functions mirror model.fit or tf.data"
+    found = [
+        text
+        for path in MODULES.values()
+        for name, text in long_parameter_lists(path.read_text(), str(path.relative_to(ROOT)))
+        if name not in MIRRORS | KNOWN_LONG_PARAMETER_LISTS
+    ]
+    assert not found, (
+        "functions over 10 parameters (put what they share in one object, as the tuners' "
+        "tuning.TuningJob):\n" + "\n".join(found)
+    )
+
+
+def test_each_allowed_long_parameter_list_is_still_long():
+    names = {
+        name
+        for path in MODULES.values()
+        for name, _ in long_parameter_lists(path.read_text(), path.name)
+    }
+    stale = (MIRRORS | KNOWN_LONG_PARAMETER_LISTS) - names
+    assert not stale, f"no longer over 10 parameters: drop them from test_house's sets: {stale}"
 
 
 # -- the checks themselves catch what they are for ------------------------------------
@@ -333,6 +396,22 @@ def test_private_trainer_reads_are_found_on_names_that_hold_a_trainer():
         "2: fitted._auto_jit",
         "3: trainer._clock",
         "6: t._make_runner",
+    ]
+
+
+def test_parameters_leave_out_self_and_count_star_args_once():
+    source = (
+        "class A:\n"
+        "    def f(self, a, /, b, c, d, e, f, g, h, i, *args, j, **kw):\n"
+        "        def inner(a, b, c, d, e, f, g, h, i, j, k): pass\n"
+        "def short(cls, a, b, c, d, e, f, g, h, i, j): pass\n"
+    )
+    tree = ast.parse(source)
+    counts = {n.name: parameter_count(n) for n in ast.walk(tree) if isinstance(n, ast.FunctionDef)}
+    assert counts == {"f": 12, "inner": 11, "short": 10}
+    assert long_parameter_lists(source, "m.py") == [
+        ("A.f", "m.py::A.f (12 parameters)"),
+        ("A.f.inner", "m.py::A.f.inner (11 parameters)"),
     ]
 
 
