@@ -178,10 +178,13 @@ def test_a_worker_failing_at_once_on_every_start_is_a_script_error():
     import sys
 
     from tfaccel.launcher import launch
+    from tfaccel.launcher.elastic import Elastic
 
     out, err = io.StringIO(), io.StringIO()
     command = [sys.executable, "-c", "import sys; sys.exit(1)"]
-    status = launch.launch(command, 3, min_workers=1, max_restarts=1, out=out, err=err)
+    status = launch.launch(
+        command, 3, elastic=Elastic(min_workers=1), max_restarts=1, out=out, err=err
+    )
     said = err.getvalue()
     assert status == 1, said
     assert "within 10 s of each of its 2 start(s): a script error, not a lost worker" in said

@@ -8,6 +8,7 @@ import sys
 import pytest
 
 from tfaccel.launcher import elastic, launch
+from tfaccel.launcher.elastic import Elastic
 
 # worker 1 is lost on the first start (killed by a signal: a script that exits 1 at once is
 # a script error); worker 0 saves "ckpt-N" every 0.2 s (its files, then the state file
@@ -40,9 +41,7 @@ def test_a_shrunken_job_grows_back_once_it_saved(tmp_path):
     status = launch.launch(
         command,
         2,
-        min_workers=1,
-        max_workers=2,
-        checkpoint_dir=str(ckpt),
+        elastic=Elastic(min_workers=1, max_workers=2, checkpoint_dir=str(ckpt)),
         out=io.StringIO(),
         err=err,
         timeout_s=120,
@@ -96,7 +95,7 @@ def test_the_grow_watch_waits_for_a_newer_checkpoint(tmp_path, monkeypatch):
 )
 def test_bad_max_workers_is_refused(extra, message):
     with pytest.raises(ValueError, match=message):
-        launch.launch([sys.executable, "-c", "pass"], 2, **extra)
+        launch.launch([sys.executable, "-c", "pass"], 2, elastic=Elastic(**extra))
 
 
 def test_the_cli_refuses_max_workers_without_a_checkpoint_dir():

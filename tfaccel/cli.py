@@ -68,6 +68,7 @@ def _launch(args: argparse.Namespace) -> int:
         with service_for_job(workers):
             return _launch(args)
     from tfaccel.launcher import launch
+    from tfaccel.launcher.elastic import Elastic
 
     command = args.command_args[1:] if args.command_args[:1] == ["--"] else args.command_args
     if args.workers < 1:
@@ -104,9 +105,7 @@ def _launch(args: argparse.Namespace) -> int:
         timeout_s=args.timeout,
         startup_timeout_s=args.startup_timeout,
         max_restarts=args.max_restarts,
-        min_workers=args.min_workers,
-        max_workers=args.max_workers,
-        checkpoint_dir=args.checkpoint_dir,
+        elastic=Elastic(args.min_workers, args.max_workers, args.checkpoint_dir),
     )
 
 

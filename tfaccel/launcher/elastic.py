@@ -11,6 +11,7 @@ is tried `MAX_GROWS` times at most.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 import time
@@ -22,6 +23,25 @@ _POLL_S = 0.5
 
 _LATEST = re.compile(r'^\s*model_checkpoint_path:\s*"([^"]*)"', re.MULTILINE)
 _NAME = re.compile(r"^ckpt-(\d+)$")
+
+
+@dataclasses.dataclass(frozen=True)
+class Elastic:
+    """How a launched job changes size (`tfaccel launch --min-workers/--max-workers`).
+
+    Attributes:
+        min_workers: once a worker has failed after the last restart, re-form the job
+            without it while at least this many remain; None: give up instead.
+        max_workers: while on fewer workers, once the job has saved a new checkpoint,
+            stop it (SIGTERM) and re-form it on this many; needs `checkpoint_dir`. None:
+            never grow.
+        checkpoint_dir: the job's checkpoint directory (names the step a re-formed job
+            resumes from).
+    """
+
+    min_workers: int | None = None
+    max_workers: int | None = None
+    checkpoint_dir: str | None = None
 
 
 def last_step(checkpoint_dir: str | None) -> int | None:

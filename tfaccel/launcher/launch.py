@@ -30,15 +30,16 @@ ports, each time it starts the workers: on a host reachable from untrusted netwo
 firewall the ports it prints. Each restart is announced on stderr; after the last one
 the launcher exits with the last failure's status.
 
-Elastic (`min_workers=M`, `--min-workers M`): when a worker still fails after the last
-restart (its machine gone, on a cluster), the job re-forms with one worker fewer — new
-ports and `TF_CONFIG`, the restart budget anew — and continues from the last
-checkpoint, down to M workers; each change is announced on stderr ("worker 1 lost;
+Elastic (`elastic=Elastic(min_workers=M)`, `--min-workers M`): when a worker still fails
+after the last restart (its machine gone, on a cluster), the job re-forms with one
+worker fewer — new ports and `TF_CONFIG`, the restart budget anew — and continues from
+the last checkpoint, down to M workers; each change is announced on stderr ("worker 1 lost;
 continuing on 1 worker(s) from step 340 ..."). A `tfaccel.data` pipeline over rows in
 memory reads one global order (`tfaccel.data.order.global_order`), so the resumed run is
 exact on the smaller job; other inputs are refused by the Trainer's resume (their
 batches depend on the worker count), never silently replayed or skipped. With
-`max_workers=N` (`--max-workers N`) the job grows back the same way (`launcher.elastic`).
+`Elastic(max_workers=N, checkpoint_dir=...)` (`--max-workers N`) the job grows back the
+same way (`launcher.elastic`).
 
 Output: see `launcher.output` (gRPC lines of a normal shutdown hidden).
 """
@@ -56,7 +57,8 @@ import time
 from typing import TextIO
 
 from tfaccel import strict_json
-from tfaccel.launcher import elastic
+from tfaccel.launcher import elastic as elastic_jobs
+from tfaccel.launcher.elastic import Elastic
 from tfaccel.launcher.failures import Starts
 from tfaccel.launcher.output import Relay
 from tfaccel.launcher.processes import die_with_parent as _die_with_parent
@@ -228,9 +230,7 @@ def launch(
     timeout_s: float | None = None,
     startup_timeout_s: float | None = STARTUP_TIMEOUT_S,
     max_restarts: int = 0,
-    min_workers: int | None = None,
-    max_workers: int | None = None,
-    checkpoint_dir: str | None = None,
+    elastic: Elastic | None = None,
     out: TextIO | None = None,
     err: TextIO | None = None,
 ) -> int:
@@ -247,13 +247,10 @@ def launch(
             (status 124, naming the missing workers); None waits for ever.
         max_restarts: after a worker fails, restart all workers up to this many
             times (see the module docstring for what counts as a failure).
-        min_workers: elastic: once a worker has failed after the last restart, re-form
-            the job without it (a new `TF_CONFIG`, the restart budget anew) while at
-            least this many workers remain; None: give up instead.
-        max_workers: elastic: while on fewer workers, once the job has saved a new
-            checkpoint, stop it (SIGTERM) and re-form it on this many (`launcher.elastic`);
-            needs `checkpoint_dir`. None: never grow.
-        checkpoint_dir: the job's checkpoint directory (names the step a re-formed job resumes).
+        elastic: how the job changes size (`launcher.elastic.Elastic`: `min_workers` to
+            shrink to after the last restart, with a new `TF_CONFIG` and the restart
+            budget anew; `max_workers` to grow back to once it saved a checkpoint on
+            fewer, with its `checkpoint_dir`); None: a fixed size.
         out: where prefixed output goes (default stdout).
         err: where restarts are announced (default stderr).
 
@@ -262,6 +259,9 @@ def launch(
             `max_restarts` < 0, or an empty command.
         FileNotFoundError: the command's program does not exist.
     """
+    elastic = elastic or Elastic()
+    min_workers, max_workers = elastic.min_workers, elastic.max_workers
+    checkpoint_dir = elastic.checkpoint_dir
     check_arguments(
         command,
         workers,
@@ -279,8 +279,8 @@ def launch(
     starts = Starts()  # a worker failing at once on every start: a script error
     while True:
         grow = None
-        if max_workers is not None and checkpoint_dir and grows < elastic.MAX_GROWS:
-            grow = elastic.GrowWatch(checkpoint_dir, workers, max_workers)
+        if max_workers is not None and checkpoint_dir and grows < elastic_jobs.MAX_GROWS:
+            grow = elastic_jobs.GrowWatch(checkpoint_dir, workers, max_workers)
         timeout = (deadline, timeout_s)
         result = starts.timed(
             _run_once, command, workers, cpus_per_worker, timeout, startup_timeout_s, out, err, grow
@@ -322,8 +322,8 @@ def launch(
 
 
 def _resume_point(checkpoint_dir: str | None) -> str:
-    """ "step N" of the latest checkpoint in `checkpoint_dir` (`elastic.last_step`)."""
-    step = elastic.last_step(checkpoint_dir)
+    """ "step N" of the latest checkpoint in `checkpoint_dir` (`elastic_jobs.last_step`)."""
+    step = elastic_jobs.last_step(checkpoint_dir)
     if step is not None:
         return f"step {step} (the last checkpoint in {checkpoint_dir})"
     return "its last checkpoint"
