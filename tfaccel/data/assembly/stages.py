@@ -20,7 +20,7 @@ from typing import Any
 
 import tensorflow as tf
 
-from tfaccel.data import fingerprint
+from tfaccel.data import fingerprint, graph
 from tfaccel.data.assembly import cache as cache_lib
 from tfaccel.data.assembly import sizing
 from tfaccel.data.assembly.plan import PipelinePlan
@@ -440,12 +440,21 @@ def pad(s: Stream) -> Stream:
 
 
 def options(s: Stream) -> Stream:
-    """`prefetch(AUTOTUNE)` and the options: determinism, no auto-sharding."""
+    """`prefetch(AUTOTUNE)` and the options: determinism, no auto-sharding, no rewrites of
+    rows in memory."""
     s.dataset = s.dataset.prefetch(AUTOTUNE)
     s.plan.add("prefetch", buffer="AUTOTUNE")
     s.dataset = s.dataset.with_options(dataset_options(s))
-    s.plan.add("options", deterministic=s.config.deterministic)
+    rewrites = {"rewrites": "off (rows in memory)"} if rows_in_memory(s) else {}
+    s.plan.add("options", deterministic=s.config.deterministic, **rewrites)
     return s
+
+
+def rows_in_memory(s: Stream) -> bool:
+    """Whether the source is rows in memory (`from_arrays`): tf.data's static rewrites
+    (its default optimizations) would copy them into the rewritten graph, a copy of the
+    arrays kept after the run; the stages set their parallelism themselves."""
+    return s.elastic or graph.sliced_rows(s.config.source) is not None
 
 
 def dataset_options(s: Stream) -> tf.data.Options:
@@ -454,6 +463,8 @@ def dataset_options(s: Stream) -> tf.data.Options:
     result.deterministic = s.config.deterministic
     if s.context is not None:  # distribute_datasets_from_function: this function shards
         result.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.OFF
+    if rows_in_memory(s):
+        result.experimental_optimization.apply_default_optimizations = False
     return result
 
 
