@@ -3,7 +3,9 @@
 `tf.function` runs a loop's Python body only when it traces it, so a wrapper around the
 body sees each trace: `counted` adds one to its owner's `Counter` and tells the listeners
 (e.g. `tfaccel.train.setup.startup`, which charges the seconds to a start-up phase) how
-long the trace took, AutoGraph's conversion of what the body calls included.
+long the trace took, AutoGraph's conversion of what the body calls included. The
+gradient registrations a trace leaves in TensorFlow's registry are dropped when it ends
+(`registrations`).
 """
 
 from __future__ import annotations
@@ -14,6 +16,8 @@ import time
 from collections.abc import Callable
 
 import tensorflow as tf
+
+from tfaccel.train.step import registrations
 
 _LISTENERS: list[Callable[[str, float], None]] = []
 
@@ -26,7 +30,8 @@ def counted(fn: Callable, name: str, counter: collections.Counter) -> Callable:
     def body(*args, **kwargs):
         began = time.perf_counter()
         try:
-            return fn(*args, **kwargs)
+            with registrations.dropped_after_trace():  # else each trace's graph is kept
+                return fn(*args, **kwargs)
         finally:
             counter[name] += 1
             seconds = time.perf_counter() - began
