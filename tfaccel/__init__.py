@@ -14,6 +14,8 @@ import os as _os
 import sys as _sys
 from typing import TYPE_CHECKING
 
+from tfaccel.launcher import forking as _forking
+
 _os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 __version__ = "0.1.0"
@@ -129,3 +131,5 @@ def _is_command_line() -> bool:
 if not _is_command_line():
     for _name in _REGISTERING:
         __getattr__(_name)
+
+_forking.register()  # a child forked after TensorFlow started is told it may hang
