@@ -16,10 +16,10 @@ Y = RNG.integers(0, 3, size=80).astype("int32")
 PHASES = [
     "arguments and array inputs",
     "feed build",
-    "precision and XLA choice",
-    "input checks",
-    "variables and step loops",
+    "input checks",  # the input is checked before the automatic choices measure on it
     "label contract",
+    "precision and XLA choice",
+    "variables and step loops",
     "fingerprint",  # with checkpoints only
     "fit loop set-up and settings table",
     "checkpoint restore and input iterator",

@@ -55,13 +55,19 @@ def build_symbolically(model: keras.Model, x_spec) -> None:
         ) from error
 
 
-def under(model: keras.Model, policy: str, builder: Callable | None = None) -> keras.Model:
-    """A copy of `model` computing under `policy`, with its weights (call in the scope).
+def under(
+    model: keras.Model, policy: str, builder: Callable | None = None, strategy=None
+) -> keras.Model:
+    """A copy of `model` computing under `policy`, with its weights: made in `strategy`'s
+    scope with the global random states kept (None: the caller's scope and states).
 
     Raises:
         ValueError: the model cannot be copied (a subclassed model without a config and
             no builder); the message says what to pass instead.
     """
+    if strategy is not None:
+        with strategy.scope(), random_states_kept():
+            return under(model, policy, builder)
     try:
         with global_policy(policy):
             if builder is not None:

@@ -74,6 +74,10 @@ class Asked:
     precision: bool = False
     jit_compile: bool = False
 
+    def left(self, precision: Choice | None, jit_compile: Choice | None) -> Asked:
+        """What is still to decide, given the choices an earlier fit made (None: none)."""
+        return Asked(self.precision and precision is None, self.jit_compile and jit_compile is None)
+
 
 @dataclasses.dataclass(frozen=True)
 class Job:

@@ -19,8 +19,8 @@ import logging
 import keras
 
 from tfaccel import precision, shared_strategy
+from tfaccel.choices import copies, loop_size, policy, resolution
 from tfaccel.data import Feed, iterators
-from tfaccel.train.loop import loop_size
 from tfaccel.train.loop.fit_loop import FitLoop, Schedule
 from tfaccel.train.setup import (
     arguments,
@@ -34,11 +34,10 @@ from tfaccel.train.setup import (
     runner_made,
     settings,
     startup,
-    xla_choice,
 )
 from tfaccel.train.state import saving
 from tfaccel.train.state.policies import Checkpointing, FaultPolicy
-from tfaccel.train.step import accumulation, precision_step
+from tfaccel.train.step import accumulation
 
 logger = logging.getLogger("tfaccel")
 
@@ -74,12 +73,10 @@ class Trainer:
             clipped to the epoch and to checkpoint boundaries. Callbacks' batch hooks
             fire once per loop; the numbers do not depend on n.
         jit_compile: True, False or "auto": at the first `fit`, the model's passes are
-            timed with and without XLA as `precision="auto"` times policies (and together
-            with them when precision is "auto" too); XLA only when it is 5 % faster and
-            equal in loss, and only on a job long enough for the probe, compilation
-            included, to stay within 5 % of it (`tfaccel.train.setup.xla_choice`). Until
-            then, and otherwise, un-jitted; the settings table shows both rates and why
-            (`trainer.jit_choice`).
+            timed with and without XLA (together with the policies when precision is "auto"
+            too); XLA only when 5 % faster and equal in loss, on a job long enough for the
+            probe, compilation included, to stay within 5 % of it (`tfaccel.choices.xla`);
+            else un-jitted. The settings table shows both rates and why (`jit_choice`).
         accumulate_steps: sum the gradients of this many consecutive batches on each
             replica, then all-reduce and apply them once (effective global batch =
             k × the dataset's global batch). Epochs, `steps_per_epoch` and
@@ -133,7 +130,6 @@ class Trainer:
         methods=None,
     ):
         self._precision = None if precision in (None, "auto") else _policy_name(precision)
-        self._auto_precision = precision == "auto"
         self._builder = None if isinstance(model, keras.Model) else model
         self.precision_choice: precision.Choice | None = None
         self.strategy = strategy or arguments.default_strategy()
@@ -158,15 +154,17 @@ class Trainer:
             self.model, self.source_model = setup.model, setup.source_model
             self._given_optimizer = setup.optimizer
         self.jit_compile = settings.resolve_jit_compile(jit_compile, self.model, self.strategy)
-        self._auto_jit, self.jit_choice = jit_compile == "auto" and not self.model_steps, None
-        own_steps = self.model_steps is not None  # the model's train_step runs
+        own = self.model_steps is not None  # the model's train_step runs
+        self.jit_choice = None
+        self._asked = resolution.Asked(precision == "auto", jit_compile == "auto" and not own)
         self._runner_maker = runner_made.RunnerMaker(
-            self.strategy, self.accumulate_steps, on_oom, self.steps_per_loop, own_steps
+            self.strategy, self.accumulate_steps, on_oom, self.steps_per_loop, own
         )
         self.startup, self._clock, self._checked = None, startup.IDLE, checked.Checked()
         self._make_runner()
         if self._precision is not None and self._precision != self.model.dtype_policy.name:
-            self._train_under(self._precision, "given")
+            self.precision_choice = policy.PolicyChoice(self._precision, "given")
+            self._train_under(self._precision)
         self.preempted = False
         self.settings: dict = {}
         self.methods = methods_setup.Methods(methods)  # its plan is made at the first fit
@@ -177,19 +175,15 @@ class Trainer:
         parts = self.model, self._given_optimizer, self.loss, self.metrics, self.jit_compile
         self.optimizer, self.runner = self._runner_maker.make(*parts, policy)
 
-    def _train_under(self, policy: str, reason: str) -> None:
-        """From now on the Trainer trains a copy of the model under `policy` (before any
-        step: the runner is made anew around it)."""
+    def _train_under(self, policy: str) -> None:
+        """From now on (before any step) the Trainer trains a copy of the model under `policy`."""
         if self.runner.loops is not None:
             raise RuntimeError("the dtype policy can change only before the first step")
-        with self.strategy.scope(), precision_step.random_states_kept():
-            copy = precision_step.under(self.model, policy, self._builder)
+        copy = copies.under(self.model, policy, self._builder, self.strategy)
         if self._builder is None and self.source_model is None:
             self.source_model = self.model  # the user's model object gets the weights back
         self.model = copy
         self._make_runner(policy)
-        if self.precision_choice is None:
-            self.precision_choice = precision.Choice(policy, reason)
 
     def _apply_methods(self, train: Feed, callbacks: list, steps_per_epoch, epochs: int):
         """`methods=`, planned at the first fit (the runner made anew around the plan's loss,
@@ -202,23 +196,31 @@ class Trainer:
             self._make_runner(self.model.dtype_policy.name)
         return self.methods.apply(train, callbacks, self.runner.retrace)
 
-    def _choose_step(self, feed: Feed, steps_per_epoch, epochs: int) -> None:
-        """`precision="auto"` and `jit_compile="auto"`, at the first fit: times the candidate
-        steps together (`xla_choice.choose_autos`), trains the fastest."""
-        self._clock.lap("feed build")
-        choice, xla = xla_choice.choose_autos(self, feed, steps_per_epoch, epochs)
-        jit_changed = xla is not None and xla.jit_compile != self.jit_compile
+    def _prepare(self, train: Feed, validation, schedule: Schedule, callbacks: list):
+        """Before step 1: input checked, "auto" resolved once and applied, loops built."""
+        self.feed(train, steps=schedule.steps_per_epoch, build=False)
+        parts = self.model, self.loss, self.strategy, self._builder, self.jit_compile
+        step = resolution.Step(*parts, started=self.runner.loops is not None)
+        asked = self._asked.left(self.precision_choice, self.jit_choice)
+        epochs = schedule.epochs - schedule.initial_epoch
+        job = resolution.Job(train, schedule.steps_per_epoch, epochs, callbacks)
+        made = resolution.resolve_fit(step, asked, job, self._loop_sizer)
+        xla, chosen = made.jit_compile, made.precision  # each also in the settings table
+        remake = xla is not None and xla.jit_compile != self.jit_compile
         if xla is not None:
             self.jit_choice, self.jit_compile = xla, xla.jit_compile
-            logger.info("jit_compile='auto': %s", xla.describe())
-        if choice is not None:
-            self.precision_choice = choice
-            logger.info("precision='auto': %s", choice.describe())
-        if choice is not None and choice.policy != self.model.dtype_policy.name:
-            self._train_under(choice.policy, choice.reason)
-        elif jit_changed:
+        self.precision_choice = chosen or self.precision_choice
+        if chosen is not None and chosen.policy != self.model.dtype_policy.name:
+            self._train_under(chosen.policy)  # the runner made anew
+        elif remake:
             self._make_runner(self.model.dtype_policy.name)
         self._clock.lap("precision and XLA choice")
+        if validation is not None:
+            steps = schedule.validation_steps
+            validation = self.feed(validation, steps=steps, what="validation", build=False)
+        self.runner.build(train.dataset)
+        self._clock.lap("variables and step loops")
+        return validation
 
     # The runner's state, under the names Trainer users know.
     step = property(lambda self: self.runner.step, doc="The global step (applied steps).")
@@ -246,7 +248,7 @@ class Trainer:
         """Resets the loss tracker and the metrics (as `model.reset_metrics`)."""
         self.runner.reset_metrics()
 
-    def feed(self, data, *, steps: int | None = None, what: str = "training") -> Feed:
+    def feed(self, data, *, steps: int | None = None, what="training", build=True) -> Feed:
         """The input of one call as a `Feed` (built once), checked as `fit` checks it; the
         model's and optimizer's variables and the step loops are built for it.
 
@@ -255,6 +257,7 @@ class Trainer:
                 or a `Feed` already made.
             steps: the steps that will be read (None: until the data ends).
             what: "training", "validation" or "evaluation" (for messages).
+            build: False checks only (`fit` builds the step loops after its choices).
 
         Raises:
             ValueError, TypeError: the input checks `fit` documents.
@@ -262,9 +265,11 @@ class Trainer:
         feed = self.methods.feed(data, self.strategy, what)  # a Feed of data, mapped by methods
         inputs.check_feed(feed, self.model, steps, what, self.strategy.num_replicas_in_sync)
         self._clock.lap("input checks")
-        self.runner.build(feed.dataset)
-        self._clock.lap("variables and step loops")
-        self._checked.labels(feed, self.model, self.loss and self.loss.fn, self._clock)
+        with self.strategy.scope():  # a model the label check calls is built in the scope
+            self._checked.labels(feed, self.model, self.loss and self.loss.fn, self._clock)
+        if build:
+            self.runner.build(feed.dataset)
+            self._clock.lap("variables and step loops")
         return feed
 
     def fit(
@@ -405,13 +410,9 @@ class Trainer:
         clock.lap("arguments and array inputs")
         train = Feed.of(train_data, self.strategy, what="training")  # a Feed is reused
         train, callbacks = self._apply_methods(train, callbacks, steps_per_epoch, epochs)
-        self._choose_step(train, steps_per_epoch, epochs - initial_epoch)
-        self.feed(train, steps=steps_per_epoch)
+        clock.lap("feed build")
+        schedule.validation = self._prepare(train, validation_data, schedule, callbacks)
         remainder.warn_if_dropped(train, self.jit_compile)
-        if validation_data is not None:
-            schedule.validation = self.feed(
-                validation_data, steps=validation_steps, what="validation"
-            )
         callbacks = startup.before_loop(clock, train, checkpointing, callbacks)
         loop = FitLoop(self.runner, train, schedule, callbacks, checkpointing, faults)
         try:  # the checkpoint directory is this run's until fit ends, however it ends
@@ -488,12 +489,11 @@ class Trainer:
         """
         return saving.export(self.model, dirpath, self.strategy, **kwargs)
 
-    # -- the door for tools (the doctor, the tuner) --
-
     @property
     def loop_sizer(self) -> loop_size.LoopSizer:
-        """The steps per `tf.function` call (read-only; kept across `fit` calls): `.chosen`
-        is the n in use (None while "auto" is still measuring), `.describe()` says why."""
+        """For tools (the doctor, the tuner): the steps per `tf.function` call (read-only;
+        kept across `fit` calls): `.chosen` is the n in use (None while "auto" is still
+        measuring), `.choice()` the measured `Choice`, `.describe()` says why."""
         return self._loop_sizer
 
 
