@@ -297,7 +297,6 @@ KNOWN_PRIVATE_TRAINER_READS = {"_auto_precision", "_auto_jit", "_builder"}  # ch
 KNOWN_TWO_WAY_FOLDERS: set[str] = set()
 KNOWN_LONG_PARAMETER_LISTS = {
     "StepLoops.__init__",  # train/step/steps.py (11)
-    "BatchSizeHyperModel.__init__",  # tuning/batch/hypermodel.py (12, with keras-tuner's **kwargs)
 }
 
 

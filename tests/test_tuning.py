@@ -324,6 +324,61 @@ def test_scaled_learning_rate_rules():
         tuning.BatchSizeHyperModel(lambda hp: small_model(), lr_scaling="cubic")
 
 
+@pytest.mark.parametrize(
+    "fields",
+    [
+        {"base_batch_size": 64, "base_learning_rate": 0.1, "lr_scaling": "sqrt"},
+        {"base_batch_size": 16, "lr_scaling": "linear"},  # the base rate from the optimizer
+        {"base_batch_size": 64},  # "auto": the rule from the optimizer
+        {},
+    ],
+)
+def test_the_rule_as_keywords_or_as_an_lr_scaling_gives_the_same_rates(fields):
+    build = lambda hp: small_model()  # noqa: E731
+    by_keywords = tuning.BatchSizeHyperModel(build, **fields)
+    by_object = tuning.BatchSizeHyperModel(build, scaling=tuning.LRScaling(**fields))
+    assert by_keywords.scaling == by_object.scaling
+    for optimizer in (keras.optimizers.SGD(0.2), keras.optimizers.Adam(0.004)):
+        for batch in (16, 64, 256):
+            rate = by_object.learning_rate(batch, optimizer)
+            assert by_keywords.learning_rate(batch, optimizer) == rate
+            assert tuning.LRScaling(**fields).learning_rate(batch, optimizer) == rate
+    # A keyword replaces the object's field of the same name.
+    replaced = tuning.BatchSizeHyperModel(
+        build,
+        scaling=tuning.LRScaling(base_batch_size=999, base_learning_rate=0.5, lr_scaling=None),
+        base_batch_size=64,
+        lr_scaling="sqrt",
+    )
+    assert replaced.scaling == tuning.LRScaling(64, 0.5, "sqrt")
+    sgd = keras.optimizers.SGD(0.2)  # "auto" is linear for SGD; Adam's is the square root
+    assert tuning.LRScaling(base_batch_size=64).learning_rate(256, sgd) == pytest.approx(0.8)
+    adam = keras.optimizers.Adam(0.004)
+    assert tuning.LRScaling(base_batch_size=64).learning_rate(256, adam) == pytest.approx(0.008)
+
+
+def test_a_bad_rule_field_is_a_clear_error():
+    build = lambda hp: small_model()  # noqa: E731
+    with pytest.raises(ValueError, match="Unknown lr_scaling 'cubic'"):
+        tuning.LRScaling(lr_scaling="cubic")
+    with pytest.raises(ValueError, match="Unknown lr_scaling 'cubic'"):
+        tuning.BatchSizeHyperModel(build, scaling=tuning.LRScaling(), lr_scaling="cubic")
+    with pytest.raises(ValueError, match="base_batch_size must be an integer >= 1, got 0"):
+        tuning.BatchSizeHyperModel(build, base_batch_size=0)
+    with pytest.raises(ValueError, match="base_learning_rate must be a number > 0"):
+        tuning.LRScaling(base_learning_rate=-1.0)
+    with pytest.raises(TypeError, match="unexpected keyword argument 'learning_rate_rule'"):
+        tuning.LRScaling(learning_rate_rule="sqrt")
+    with pytest.raises(TypeError, match="scaling must be a tfaccel.tuning.LRScaling, got dict"):
+        tuning.BatchSizeHyperModel(build, scaling={"base_batch_size": 64})
+    # A keyword that is no rule field still reaches keras_tuner.HyperModel, as before.
+    with pytest.raises(TypeError, match="unexpected keyword argument 'base_batchsize'"):
+        tuning.BatchSizeHyperModel(build, base_batchsize=64)
+    assert tuning.BatchSizeHyperModel(build, name="mine", base_batch_size=8).name == "mine"
+    with pytest.raises(ValueError, match="none it can scale.*base_learning_rate="):
+        tuning.LRScaling().learning_rate(64)  # no base rate, and no optimizer to read one from
+
+
 def digits(n_train=480, n_val=160):
     d = load_digits()
     x = (d.data / 16.0).astype("float32")

@@ -5,8 +5,9 @@ strategy, the job's size and the tuning's time); the batch tuners and `tune` tak
 its fields as keywords. `find_batch_size` probes candidate batches (memory, examples/s;
 how: a `BatchSearch`) and reports the batch to train with (the throughput knee and other
 limits); `largest_batch_size` asks memory alone; `BatchSizeHyperModel` lets keras-tuner
-search the batch size with the user's learning rate scaled to it; `scaled_learning_rate`
-applies the scaling rule on its own, `rule_for` picks it from the optimizer;
+search the batch size with the user's learning rate scaled to it (by an `LRScaling`, the
+rule with the batch and rate it scales from); `scaled_learning_rate` applies the scaling
+rule on its own, `rule_for` picks it from the optimizer;
 `gradient_noise_scale` estimates the critical batch (McCandlish et al. 2018);
 `recommend` turns a report into the batch and learning rate to train a job with, and
 `before_probing` makes that choice when the data alone decides (no probe worth running).
@@ -28,7 +29,7 @@ from tfaccel.tuning.lr.finder import LRRangeTest, find_learning_rate
 from tfaccel.tuning.lr.ramp import LRRamp
 from tfaccel.tuning.lr.report import LearningRateReport
 from tfaccel.tuning.oom import is_out_of_memory, release_memory
-from tfaccel.tuning.scaling import resolve_lr_scaling, rule_for, scaled_learning_rate
+from tfaccel.tuning.scaling import LRScaling, resolve_lr_scaling, rule_for, scaled_learning_rate
 
 __all__ = [
     "BatchSearch",
@@ -36,6 +37,7 @@ __all__ = [
     "BatchSizeReport",
     "LRRamp",
     "LRRangeTest",
+    "LRScaling",
     "LearningRateReport",
     "NoBatchSizeFitsError",
     "NoiseScale",

@@ -5,10 +5,14 @@ SGD (with or without momentum) scales linearly, with a warm-up (Goyal et al. 201
 scale with the square root of the batch ratio (Malladi et al. 2022, "On the SDEs and
 Scaling Rules for Adaptive Gradient Algorithms"; Hoffer et al. 2017 for the same rule):
 a linear rule overshoots Adam, whose update size does not grow with the gradient's.
+
+`LRScaling` holds one such rule with the batch and rate it scales from
+(`BatchSizeHyperModel(scaling=...)`, or its fields as keywords).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import warnings
 from typing import Any
@@ -124,3 +128,84 @@ def scaled_learning_rate(
     if lr_scaling == "sqrt":
         return float(base_learning_rate * math.sqrt(ratio))
     return float(base_learning_rate)
+
+
+@dataclasses.dataclass(frozen=True)
+class LRScaling:
+    """The learning rate's rule as the batch size changes: the batch and rate it scales
+    from, and how.
+
+    Example:
+        >>> LRScaling(base_batch_size=32, base_learning_rate=0.1, lr_scaling="linear"
+        ...           ).learning_rate(256)
+        0.8
+
+    Attributes:
+        base_batch_size: the batch the base learning rate was tuned for.
+        base_learning_rate: the learning rate at `base_batch_size`; None (default): the
+            rate of the optimizer `learning_rate` is given (for `BatchSizeHyperModel`,
+            the one `build_model(hp)` compiled with).
+        lr_scaling: "auto" (default): "sqrt" for adaptive optimizers (Adam, RMSprop...),
+            "linear" for SGD (`rule_for`); or "linear", "sqrt", None (keep the base rate).
+
+    Raises:
+        ValueError: an unknown `lr_scaling`, a `base_batch_size` < 1 or a
+            `base_learning_rate` <= 0.
+    """
+
+    base_batch_size: int = 32
+    base_learning_rate: float | None = None
+    lr_scaling: str | None = "auto"
+
+    def __post_init__(self) -> None:
+        check_lr_scaling(self.lr_scaling)
+        base = self.base_learning_rate
+        scaled_learning_rate(  # validates the base values
+            1,
+            base_batch_size=self.base_batch_size,
+            base_learning_rate=1.0 if base is None else base,
+            lr_scaling=None,
+        )
+        if base is not None:
+            object.__setattr__(self, "base_learning_rate", float(base))
+
+    def learning_rate(self, batch_size: int, optimizer: Any = None) -> float:
+        """The learning rate for `batch_size`.
+
+        `optimizer` (an optimizer, its class or its name) gives the base rate when
+        `base_learning_rate` is None, and the rule when `lr_scaling` is "auto".
+
+        Raises:
+            ValueError: a `batch_size` < 1, or no base rate: none given and `optimizer`
+                has none it can scale (a schedule, or no optimizer).
+        """
+        base = self.base_learning_rate
+        if base is None:
+            base = rate_of(optimizer)
+        return scaled_learning_rate(
+            batch_size,
+            base_batch_size=self.base_batch_size,
+            base_learning_rate=base,
+            lr_scaling=resolve_lr_scaling(self.lr_scaling, optimizer),
+        )
+
+
+def rate_of(optimizer: Any) -> float:
+    """The learning rate an optimizer (instance, class or name) starts with.
+
+    Raises:
+        ValueError: it has none that can be scaled (a schedule), or no optimizer.
+    """
+    import keras
+
+    if isinstance(optimizer, str):
+        optimizer = keras.optimizers.get(optimizer)
+    elif isinstance(optimizer, type):
+        optimizer = optimizer()
+    rate = getattr(getattr(optimizer, "inner_optimizer", optimizer), "learning_rate", None)
+    if rate is None or callable(rate):
+        raise ValueError(
+            "The base learning rate is read from the optimizer, which has none it can "
+            f"scale ({rate!r}). Pass base_learning_rate=... (an LRScaling field)."
+        )
+    return float(keras.ops.convert_to_numpy(rate))

@@ -2,13 +2,15 @@
 
 Example:
     >>> hypermodel = tfaccel.tuning.BatchSizeHyperModel(                # doctest: +SKIP
-    ...     build_model, batch_sizes=[32, 64, 128], base_learning_rate=1e-3)
+    ...     build_model, batch_sizes=[32, 64, 128],
+    ...     scaling=tfaccel.tuning.LRScaling(base_batch_size=32, base_learning_rate=1e-3))
     >>> tuner = keras_tuner.GridSearch(hypermodel, objective="val_accuracy", ...)
     >>> tuner.search(train_unbatched, validation_data=val_unbatched, epochs=3)
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import time
 from collections.abc import Callable, Sequence
@@ -23,9 +25,9 @@ from tfaccel.callbacks._steps import StepClock, wait_for
 from tfaccel.tuning.batch import inputs
 from tfaccel.tuning.batch.report import BatchSizeReport
 from tfaccel.tuning.batch.search import find_batch_size
-from tfaccel.tuning.job import TuningJob
+from tfaccel.tuning.job import TuningJob, field_names
 from tfaccel.tuning.oom import describe_out_of_memory, is_out_of_memory, release_memory
-from tfaccel.tuning.scaling import check_lr_scaling, resolve_lr_scaling, scaled_learning_rate
+from tfaccel.tuning.scaling import LRScaling
 
 _TRAINER_FIT_ARGS = ("epochs", "callbacks", "verbose", "steps_per_epoch", "validation_steps")
 
@@ -80,17 +82,19 @@ class BatchSizeHyperModel(keras_tuner.HyperModel):
     that runs out of memory raises `keras_tuner.errors.FailedTrialError` naming the batch
     size (the search goes on); memory is released before each model is built.
 
+    The learning rate's rule is an `LRScaling` (`scaling=`), or its fields as keywords
+    (`base_batch_size=64, lr_scaling="sqrt"`), each replacing the one in `scaling`.
+
     Args:
         build_model: `fn(hp)` returning a compiled or uncompiled `keras.Model`; it may
             define its own hyperparameters.
         batch_sizes: a list of global batch sizes, or "auto": powers of two from 16 up to
             `find_batch_size(...).max_batch_size` (probed once, in "power" mode and up to
             the number of training examples, on the first trial's data).
-        base_batch_size: the batch the base learning rate was tuned for.
-        base_learning_rate: the learning rate at `base_batch_size`; None (default): the
-            rate of the optimizer `build_model(hp)` compiled with (or of `optimizer`).
-        lr_scaling: "auto" (default): "sqrt" for adaptive optimizers (Adam, RMSprop...),
-            "linear" for SGD (see `tfaccel.tuning.scaling`); or "linear", "sqrt", None.
+        scaling: the learning rate's rule (`LRScaling`: `base_batch_size`, default 32;
+            `base_learning_rate`, default the rate of the optimizer `build_model(hp)`
+            compiled with, or of `optimizer`; `lr_scaling`, default "auto": "sqrt" for
+            adaptive optimizers, "linear" for SGD); None: the defaults.
         tune_learning_rate: also search a factor in [0.25, 4] on the scaled rate.
         trainer: train each trial with `tfaccel.Trainer` instead of `model.fit`.
         loss: loss for models that `build_model` returns uncompiled.
@@ -98,42 +102,45 @@ class BatchSizeHyperModel(keras_tuner.HyperModel):
         metrics: metrics for uncompiled models.
         probe_kwargs: extra arguments for `find_batch_size` with `batch_sizes="auto"` (a
             `TuningJob`'s fields, e.g. `strategy`, or a `BatchSearch`'s, e.g. `start`).
-        **kwargs: `keras_tuner.HyperModel` arguments (`name`, `tunable`).
+        **kwargs: an `LRScaling`'s fields (`base_batch_size`, `base_learning_rate`,
+            `lr_scaling`), and `keras_tuner.HyperModel`'s arguments (`name`, `tunable`).
 
     Raises:
         ValueError: an empty or non-positive `batch_sizes`, an unknown `lr_scaling`,
             or bad base values.
+        TypeError: `scaling` is not an `LRScaling`, or a keyword that is neither an
+            `LRScaling` field nor a `keras_tuner.HyperModel` argument.
     """
 
     def __init__(
         self,
         build_model: Callable,
         batch_sizes: Sequence[int] | str = "auto",
-        base_batch_size: int = 32,
-        base_learning_rate: float | None = None,
-        lr_scaling: str | None = "auto",
+        *,
+        scaling: LRScaling | None = None,
         tune_learning_rate: bool = False,
         trainer: bool = False,
-        *,
         loss: Any = None,
         optimizer: Any = "adam",
         metrics: Sequence = (),
         probe_kwargs: dict | None = None,
         **kwargs: Any,
     ) -> None:
-        super().__init__(**kwargs)
+        if scaling is not None and not isinstance(scaling, LRScaling):
+            raise TypeError(
+                f"scaling must be a tfaccel.tuning.LRScaling, got {type(scaling).__name__}: "
+                "e.g. scaling=LRScaling(base_batch_size=64, lr_scaling='sqrt'), or those "
+                "fields as keywords."
+            )
+        fields = {name: kwargs.pop(name) for name in field_names(LRScaling) if name in kwargs}
+        if scaling is None or fields:
+            scaling = dataclasses.replace(scaling or LRScaling(), **fields)
+        super().__init__(**kwargs)  # an unknown keyword is keras-tuner's TypeError
         if not callable(build_model):
             raise TypeError(
                 f"build_model must be a function fn(hp) returning a keras.Model, got "
                 f"{type(build_model).__name__}."
             )
-        check_lr_scaling(lr_scaling)
-        scaled_learning_rate(
-            base_batch_size,
-            base_batch_size=base_batch_size,
-            base_learning_rate=1.0 if base_learning_rate is None else base_learning_rate,
-            lr_scaling=None,
-        )  # validates the base values
         if batch_sizes != "auto":
             if isinstance(batch_sizes, (str, int)) or not list(batch_sizes):
                 raise ValueError(
@@ -146,9 +153,7 @@ class BatchSizeHyperModel(keras_tuner.HyperModel):
                 raise ValueError(f"batch_sizes must be integers >= 1; bad values: {bad}.")
         self.build_model = build_model
         self.batch_sizes = batch_sizes
-        self.base_batch_size = base_batch_size
-        self.base_learning_rate = None if base_learning_rate is None else float(base_learning_rate)
-        self.lr_scaling = lr_scaling
+        self.scaling = scaling
         self.tune_learning_rate = bool(tune_learning_rate)
         self.trainer = bool(trainer)
         self.loss = loss
@@ -160,18 +165,12 @@ class BatchSizeHyperModel(keras_tuner.HyperModel):
     def learning_rate(self, batch_size: int, optimizer: Any = None) -> float:
         """The scaled learning rate for `batch_size` (before any tuned factor).
 
-        `optimizer` (the trial model's) gives the base rate when `base_learning_rate` is
-        None, and the rule when `lr_scaling` is "auto"; by default `self.optimizer`.
+        `optimizer` (the trial model's) gives the base rate when the scaling's
+        `base_learning_rate` is None, and the rule when its `lr_scaling` is "auto"; by
+        default `self.optimizer`.
         """
-        optimizer = self.optimizer if optimizer is None else optimizer
-        base = self.base_learning_rate
-        if base is None:
-            base = _rate_of(optimizer)
-        return scaled_learning_rate(
-            batch_size,
-            base_batch_size=self.base_batch_size,
-            base_learning_rate=base,
-            lr_scaling=resolve_lr_scaling(self.lr_scaling, optimizer),
+        return self.scaling.learning_rate(
+            batch_size, self.optimizer if optimizer is None else optimizer
         )
 
     def build(self, hp: keras_tuner.HyperParameters) -> keras.Model:
@@ -266,7 +265,7 @@ class BatchSizeHyperModel(keras_tuner.HyperModel):
         if choices == "auto":
             choices = self._auto_batch_sizes(hp, train, model)
         batch_size = hp.Choice("batch_size", choices)
-        if self.lr_scaling is not None or self.tune_learning_rate:
+        if self.scaling.lr_scaling is not None or self.tune_learning_rate:
             self._check_settable(model)
             learning_rate = self.learning_rate(batch_size, model.optimizer)
             if self.tune_learning_rate:
@@ -336,16 +335,3 @@ class BatchSizeHyperModel(keras_tuner.HyperModel):
             strategy=tf.distribute.get_strategy(),
         )
         return trainer.fit(train, validation_data=val, callbacks=callbacks, **kwargs)
-
-
-def _rate_of(optimizer) -> float:
-    """The learning rate an optimizer (instance, class or name) starts with."""
-    if isinstance(optimizer, str) or isinstance(optimizer, type):
-        optimizer = keras.optimizers.get(optimizer) if isinstance(optimizer, str) else optimizer()
-    rate = getattr(getattr(optimizer, "inner_optimizer", optimizer), "learning_rate", None)
-    if rate is None or callable(rate):
-        raise ValueError(
-            "BatchSizeHyperModel reads the base learning rate from the model's optimizer, "
-            f"which has none it can scale ({rate!r}). Pass base_learning_rate=..."
-        )
-    return float(keras.ops.convert_to_numpy(rate))
