@@ -5,21 +5,14 @@ from __future__ import annotations
 import tensorflow as tf
 
 from tfaccel import cluster
+from tfaccel.choices.xla import unsupported_jit_layers
 from tfaccel.train.setup import model_steps
 from tfaccel.train.step.losses import loss_scale_of
 
 
-def unsupported_jit_layers(model) -> list[str]:
-    """Names of the model (e.g. a `PipelineModel`) or its layers with `supports_jit = False`."""
-    return [
-        layer.name
-        for layer in model._flatten_layers(include_self=True)
-        if not getattr(layer, "supports_jit", True)
-    ]
-
-
 def resolve_jit_compile(value, model, strategy) -> bool:
-    """`"auto"` is False until measured at the first fit (`xla_choice`); True or False as given.
+    """`"auto"` is False until measured at the first fit (`tfaccel.choices.xla`); True or False
+    as given.
     A model running its own steps (`model_steps`) follows its compile setting for "auto"
     (`model.jit_compile`, Keras's "auto" resolved), as `model.fit` does, unmeasured.
 
