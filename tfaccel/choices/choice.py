@@ -1,10 +1,10 @@
 """The one protocol of tfaccel's measured choices: a value, why, what was measured, its cost.
 
-Every automatic setting tfaccel decides by measuring — the dtype policy (`policy`,
-`step_policy`), XLA (`xla`), steps per loop (`loop_size`) and the operations' rates behind
-them (`operations`) — answers with a `Choice`, and the settings table prints its
-`describe()`. The named kinds add only a name for the value (`PolicyChoice.policy`,
-`XlaChoice.jit_compile`) and for the figures (`rates`).
+Every automatic setting tfaccel decides by measuring — the dtype policy (`policy`), XLA
+(`xla`), steps per loop (`loop_size`) and the operations' rates behind them (`operations`)
+— answers with a `Choice`, and the settings table prints its `describe()`. The named kinds
+add only a name for the value (`PolicyChoice.policy`, `XlaChoice.jit_compile`) and for the
+figures (`rates`).
 
 Example:
     >>> Choice(3, "fixed by the user").describe()
