@@ -295,9 +295,7 @@ def test_no_folder_holds_more_than_16_modules():
 KNOWN_LONG_CLASSES = {"Trainer"}
 KNOWN_PRIVATE_TRAINER_READS = {"_auto_precision", "_auto_jit", "_builder"}  # choices/xla.py
 KNOWN_TWO_WAY_FOLDERS: set[str] = set()
-KNOWN_LONG_PARAMETER_LISTS = {
-    "StepLoops.__init__",  # train/step/steps.py (11)
-}
+KNOWN_LONG_PARAMETER_LISTS: set[str] = set()
 
 
 def test_no_sibling_folders_import_each_other_both_ways():

@@ -34,6 +34,7 @@ from tfaccel.train.step.out_of_memory import (
 from tfaccel.train.step.runner_interface import LoopResult, Position
 from tfaccel.train.step.steps import (
     StepLoops,
+    Tracking,
     explain_step_error,
     explain_xla_error,
     op_determinism,
@@ -133,10 +134,8 @@ class Runner:
             optimizer=self.optimizer,
             loss=self.loss,
             metrics=self.metrics,
-            loss_tracker=self.loss_tracker,
-            loop_loss=self.loop_loss,
+            tracking=Tracking(self.loss_tracker, self.loop_loss, self.step),
             strategy=self.strategy,
-            step_counter=self.step,
             jit_compile=self.jit_compile,
             accumulate_steps=self.batches_per_step,
             micro_batches=micro_batches,

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import collections
+import dataclasses
 import functools
 import re
+from typing import Any
 
 import tensorflow as tf
 
@@ -15,6 +17,23 @@ from tfaccel.train.step.losses import PerExampleLoss
 # The replica steps hold no tensor-dependent Python control flow: traced as written, not
 # converted by AutoGraph (as `model.fit`'s steps), which would cost seconds at the first trace.
 _plain = tf.autograph.experimental.do_not_convert
+
+
+@dataclasses.dataclass(frozen=True)
+class Tracking:
+    """What the step loops update beside the model and the optimizer (the Runner's own).
+
+    Attributes:
+        loss_tracker: a `keras.metrics.Mean` of the loss since the metrics were reset
+            (the logs' `loss`).
+        loop_loss: a `keras.metrics.Mean` of the last train loop's loss (the divergence
+            check; reset before each loop).
+        step_counter: the int64 global step, one per applied optimizer step.
+    """
+
+    loss_tracker: Any
+    loop_loss: Any
+    step_counter: tf.Variable
 
 
 class StepLoops:
@@ -37,6 +56,9 @@ class StepLoops:
     the same accumulators (G: the whole batch's global size); the applied gradient is
     then the whole batch's, exactly. BatchNormalization sees each part's statistics
     (and updates its moving statistics once per part).
+
+    What the loops update beside the model's and the optimizer's variables (the loss
+    trackers and the global step) comes in one `Tracking`.
     """
 
     def __init__(
@@ -46,10 +68,8 @@ class StepLoops:
         optimizer,
         loss: PerExampleLoss,
         metrics,
-        loss_tracker,
-        loop_loss,
+        tracking: Tracking,
         strategy,
-        step_counter,
         jit_compile: bool,
         accumulate_steps: int = 1,
         micro_batches: int = 1,
@@ -58,10 +78,10 @@ class StepLoops:
         self.optimizer = optimizer
         self.loss = loss
         self.metrics = metrics
-        self.loss_tracker = loss_tracker
-        self.loop_loss = loop_loss
+        self.loss_tracker = tracking.loss_tracker
+        self.loop_loss = tracking.loop_loss
         self.strategy = strategy
-        self.step_counter = step_counter
+        self.step_counter = tracking.step_counter
         self.jit_compile = jit_compile
         # Index of the first non-finite trainable variable after the last train loop, or -1.
         self.first_nonfinite = tf.Variable(-1, dtype=tf.int32, trainable=False)
