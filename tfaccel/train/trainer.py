@@ -35,14 +35,14 @@ from tfaccel.train.setup import (
     settings,
     startup,
 )
-from tfaccel.train.state import saving
 from tfaccel.train.state.policies import Checkpointing, FaultPolicy
+from tfaccel.train.state.trainer_state import TrainerState
 from tfaccel.train.step import accumulation
 
 logger = logging.getLogger("tfaccel")
 
 
-class Trainer:
+class Trainer(TrainerState):
     """Trains a Keras model with custom `tf.function` steps under a `tf.distribute` strategy.
 
     Args:
@@ -221,32 +221,6 @@ class Trainer:
         self.runner.build(train.dataset)
         self._clock.lap("variables and step loops")
         return validation
-
-    # The runner's state, under the names Trainer users know.
-    step = property(lambda self: self.runner.step, doc="The global step (applied steps).")
-    epoch = property(lambda self: self.runner.epoch, doc="The epoch counter (a variable).")
-    epoch_step = property(lambda self: self.runner.epoch_step, doc="Steps into the epoch.")
-    loss_tracker = property(lambda self: self.runner.loss_tracker, doc="The running loss.")
-    skipped_steps = property(
-        lambda self: self.runner.skipped_steps,
-        doc="Steps whose gradients were not finite and were skipped by loss scaling.",
-    )
-
-    def checkpoint_objects(self) -> dict:
-        """The state a checkpoint holds: step counters, model, optimizer, metrics' running state."""
-        return self.runner.checkpoint_items()
-
-    def optimizer_type(self) -> str:
-        """The optimizer's class name, looking through loss scaling (saved in checkpoints)."""
-        return self.runner.optimizer_type()
-
-    def logs(self) -> dict:
-        """The running loss and metrics of the current epoch."""
-        return self.runner.epoch_logs()
-
-    def reset_metrics(self) -> None:
-        """Resets the loss tracker and the metrics (as `model.reset_metrics`)."""
-        self.runner.reset_metrics()
 
     def feed(self, data, *, steps: int | None = None, what="training", build=True) -> Feed:
         """The input of one call as a `Feed` (built once), checked as `fit` checks it; the
@@ -460,34 +434,6 @@ class Trainer:
         feed = self.feed(data, steps=steps, what="evaluation")
         iterator = iterators.adopt(iter(feed.distribute()))
         return self.runner.evaluate(iterator, steps)
-
-    def save(self, filepath) -> str:
-        """Saves the model as a `.keras` file (architecture and weights, not compiled).
-
-        Load it with `keras.saving.load_model(filepath)` after `import tfaccel` (which
-        registers tfaccel's layers), or `tfaccel.parallel.load_model` for a
-        `PipelineModel`. Under multi-worker, call it on every worker: the chief writes
-        `filepath`, the others a temporary copy they delete. Variables each replica
-        keeps for itself (BatchNormalization's moving statistics) are saved as the
-        chief's first replica holds them (`callbacks.SyncMovingStatistics` makes them
-        equal). Returns `filepath`.
-
-        Raises:
-            ValueError: a path not ending in `.keras`, a directory, or a model not built.
-        """
-        return saving.save(self.model, filepath, self.strategy)
-
-    def export(self, dirpath, **kwargs) -> str:
-        """Exports a SavedModel for serving (`model.export`; `kwargs` are its arguments).
-
-        Load it with `tf.saved_model.load(dirpath).serve(x)` (or TF Serving). Under
-        multi-worker, call it on every worker; only the chief writes `dirpath`.
-        Returns `dirpath`.
-
-        Raises:
-            ValueError: `dirpath` is a file, or the model is not built.
-        """
-        return saving.export(self.model, dirpath, self.strategy, **kwargs)
 
     @property
     def loop_sizer(self) -> loop_size.LoopSizer:
