@@ -194,7 +194,7 @@ class Trainer(TrainerState):
         if made is not None:
             self.loss, self.metrics, self._given_optimizer = made.loss, made.metrics, made.optimizer
             self._make_runner(self.model.dtype_policy.name)
-        return self.methods.apply(train, callbacks, self.runner.retrace)
+        return self.methods.apply(train, callbacks, lambda: self.runner.retrace())
 
     def _prepare(self, train: Feed, validation, schedule: Schedule, callbacks: list):
         """Before step 1: input checked, "auto" resolved once and applied, loops built."""
