@@ -16,7 +16,9 @@ from __future__ import annotations
 import logging
 import math
 import time
+from typing import Any
 
+import keras
 import tensorflow as tf
 
 from tfaccel.tuning.batch import early
@@ -60,7 +62,15 @@ def project(
     return None
 
 
-def forward(model, data, y, batch: int, num_steps: int, job_steps: int, budget_s):
+def forward(
+    model: keras.Model,
+    data: Any,
+    y: Any,
+    batch: int,
+    num_steps: int,
+    job_steps: int,
+    budget_s: float | None,
+) -> LearningRateReport | None:
     """The range test's earliest reading, before any step: a `LearningRateReport` that
     declines (stopped "declined") when the ramp cannot fit, else None.
 
@@ -86,14 +96,21 @@ def forward(model, data, y, batch: int, num_steps: int, job_steps: int, budget_s
     if why is None:
         return None
     logger.info("find_learning_rate: %s", why)
-    empty = dict(rates=[], losses=[], smoothed=[], minimum_rate=None, steepest_rate=None)
     return LearningRateReport(
-        None, why, **empty, noise=None, stopped="declined", steps=0, seconds=spent,
-        ramp_steps=num_steps,
+        None, why, rates=[], losses=[], smoothed=[], minimum_rate=None, steepest_rate=None,
+        noise=None, stopped="declined", steps=0, seconds=spent, ramp_steps=num_steps,
     )  # fmt: skip
 
 
-def project_forward(spent, fixed_s, step_s, num_steps, budget_s, job_steps, batch):
+def project_forward(
+    spent: float,
+    fixed_s: float,
+    step_s: float,
+    num_steps: int,
+    budget_s: float | None,
+    job_steps: int,
+    batch: int,
+) -> str | None:
     """Why the ramp declines at its forward reading (after `spent` s; a trace of `fixed_s`
     and `num_steps` steps of `step_s` projected); None when it fits."""
     projected = spent + fixed_s + num_steps * step_s
@@ -115,7 +132,7 @@ def project_forward(spent, fixed_s, step_s, num_steps, budget_s, job_steps, batc
     )
 
 
-def _one_batch(data, y, batch: int):
+def _one_batch(data: Any, y: Any, batch: int) -> Any:
     """The features of one batch of `data` (arrays with `y`, or a batched dataset)."""
     if y is not None:
         return tf.nest.map_structure(lambda a: tf.convert_to_tensor(a[:batch]), data)

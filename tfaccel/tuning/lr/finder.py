@@ -26,7 +26,8 @@ import os
 import random
 import tempfile
 import time
-from typing import Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 import keras
 import numpy as np
@@ -41,6 +42,9 @@ from tfaccel.tuning.lr import rule as lr_rule
 from tfaccel.tuning.lr import sizing as lr_sizing
 from tfaccel.tuning.lr.ramp import LRRamp
 from tfaccel.tuning.lr.report import LearningRateReport
+
+if TYPE_CHECKING:
+    from tfaccel.train.trainer import Trainer
 
 RECENT = 5  # divergence is read on the median of the last few losses
 
@@ -71,18 +75,18 @@ class LRRangeTest(keras.callbacks.Callback):
 
     def __init__(
         self,
-        control,
-        min_lr,
-        max_lr,
-        num_steps,
-        budget_s=None,
-        stop_factor=4.0,
-        on_begin=None,
+        control: RateControl,
+        min_lr: float,
+        max_lr: float,
+        num_steps: int,
+        budget_s: float | None = None,
+        stop_factor: float = 4.0,
+        on_begin: Callable[[], object] | None = None,
         *,
-        job_steps=None,
-        batch=None,
-        clock=time.perf_counter,
-    ):
+        job_steps: int | None = None,
+        batch: int | None = None,
+        clock: Callable[[], float] = time.perf_counter,
+    ) -> None:
         super().__init__()
         self.job_steps, self.batch, self.clock = job_steps, batch, clock
         self.declined: str | None = None
@@ -104,16 +108,16 @@ class LRRangeTest(keras.callbacks.Callback):
         frac = step / max(self.num_steps - 1, 1)
         return self.min_lr * (self.max_lr / self.min_lr) ** frac
 
-    def on_train_begin(self, logs=None):
+    def on_train_begin(self, logs: dict[str, Any] | None = None) -> None:
         if self.on_begin is not None:
             self.on_begin()
         self._began = self.clock()
 
-    def on_train_batch_begin(self, batch, logs=None):
+    def on_train_batch_begin(self, batch: int, logs: dict[str, Any] | None = None) -> None:
         self._rate = self.rate_at(self.done)
         self.control.set(self._rate)
 
-    def on_train_batch_end(self, batch, logs=None):
+    def on_train_batch_end(self, batch: int, logs: dict[str, Any] | None = None) -> None:
         done = int(batch) + 1  # steps into the epoch (Keras and the Trainer count alike)
         mean = float((logs or {}).get("loss", math.nan))
         ran = max(done - self.done, 1)
@@ -157,14 +161,16 @@ class LRRangeTest(keras.callbacks.Callback):
 class _Ramped(keras.optimizers.schedules.LearningRateSchedule):
     """A schedule × a multiplier: the range test ramps a schedule's base rate."""
 
-    def __init__(self, schedule, multiplier):
+    def __init__(
+        self, schedule: keras.optimizers.schedules.LearningRateSchedule, multiplier: tf.Variable
+    ) -> None:
         self.schedule, self.multiplier = schedule, multiplier
 
-    def __call__(self, step):
+    def __call__(self, step: Any) -> Any:
         rate = self.schedule(step)
         return rate * tf.cast(self.multiplier, rate.dtype)
 
-    def get_config(self):
+    def get_config(self) -> dict[str, Any]:
         return {"schedule": keras.optimizers.schedules.serialize(self.schedule)}
 
 
@@ -176,7 +182,7 @@ class RateControl:
     A `LossScaleOptimizer` is looked through.
     """
 
-    def __init__(self, optimizer):
+    def __init__(self, optimizer: keras.optimizers.Optimizer) -> None:
         self.optimizer = getattr(optimizer, "inner_optimizer", optimizer)
         current = self.optimizer.learning_rate
         self.variable = current if isinstance(current, tf.Variable | keras.Variable) else None
@@ -200,6 +206,7 @@ class RateControl:
     def set(self, rate: float) -> None:
         """Trains the next steps at `rate` (the base rate of a schedule)."""
         if self.schedule is None:
+            assert self.variable is not None  # no schedule: __init__ found a rate variable
             self.variable.assign(rate)
         else:
             self.multiplier.assign(rate / self.base)
@@ -207,6 +214,7 @@ class RateControl:
     def restore(self) -> None:
         """Puts the rate (or the schedule) back; a traced step sees a multiplier of 1."""
         if self.schedule is None:
+            assert self.variable is not None  # no schedule: __init__ found a rate variable
             self.variable.assign(self.original)
         else:
             self.multiplier.assign(1.0)
@@ -216,7 +224,12 @@ class RateControl:
 class _Snapshot:
     """The training state, written to a temporary checkpoint and read back."""
 
-    def __init__(self, objects, model, trainer=None):
+    def __init__(
+        self,
+        objects: Callable[[], dict[str, Any]],
+        model: keras.Model,
+        trainer: Trainer | None = None,
+    ) -> None:
         self.objects, self.model, self.trainer = objects, model, trainer  # objects: a callable
         self.dir = tempfile.TemporaryDirectory(prefix="tfaccel-lr-")
         self.path = None
@@ -246,17 +259,20 @@ class _Snapshot:
         if self.history is not None:
             self.model.history = self.history
         if self.trainer is not None:
+            assert self.settings is not None  # copied in __init__ whenever a trainer is given
             self.trainer.settings = self.settings
         self.dir.cleanup()
 
 
-def _seed_states(model) -> list:
+def _seed_states(model: keras.Model) -> list:
     """Every `keras.random.SeedGenerator` state of the model's layers (Dropout,
     GaussianNoise, random augmentation): the checkpoint does not hold them."""
     return [v for v in model.variables if v.name == "seed_generator_state"]
 
 
-def _target(target):
+def _target(
+    target: Trainer | keras.Model,
+) -> tuple[keras.Model, Any, Callable[[], dict[str, Any]], Trainer | None]:
     """(model, optimizer, checkpoint objects, trainer or None) of a Trainer or compiled model."""
     if isinstance(target, keras.Model):
         if getattr(target, "optimizer", None) is None or not getattr(target, "compiled", True):
@@ -267,7 +283,7 @@ def _target(target):
         if not target.built:
             raise ValueError("Build the model first (an Input layer, or call it on a batch).")
 
-        def objects():
+        def objects() -> dict[str, Any]:
             return {
                 "model": target,
                 "optimizer": target.optimizer,
@@ -281,7 +297,9 @@ def _target(target):
             f"got {type(target).__name__}."
         )
 
-    def trainer_objects():  # once the Trainer has built its state (its fit's start)
+    def trainer_objects() -> dict[
+        str, Any
+    ]:  # once the Trainer has built its state (its fit's start)
         out = dict(target.checkpoint_objects())
         source = getattr(target, "source_model", None)
         if source is not None and source is not target.model:
@@ -291,7 +309,7 @@ def _target(target):
     return target.model, target.optimizer, trainer_objects, target
 
 
-def _batches(data, y, batch_size) -> int | None:
+def _batches(data: Any, y: Any, batch_size: int | None) -> int | None:
     """How many batches one pass over the data gives (None when unknown)."""
     if isinstance(data, tf.data.Dataset):
         n = int(data.cardinality())
@@ -303,22 +321,22 @@ def _batches(data, y, batch_size) -> int | None:
     return None
 
 
-def _build_optimizer(model, trainer) -> None:
+def _build_optimizer(model: keras.Model, trainer: Trainer | None) -> None:
     """As `model.fit` would: a compiled model's optimizer slots exist before the snapshot."""
     if trainer is None and not model.optimizer.built:
         with model.distribute_strategy.scope():
             model.optimizer.build(model.trainable_variables)
 
 
-def _check_budget(budget_s) -> None:
+def _check_budget(budget_s: float | None) -> None:
     if budget_s is not None and budget_s <= 0:
         raise ValueError(f"budget_s must be positive (or None), got {budget_s}.")
 
 
 def find_learning_rate(
-    target,
-    data,
-    y=None,
+    target: Trainer | keras.Model,
+    data: Any,
+    y: Any = None,
     *,
     batch_size: int | None = None,
     ramp: LRRamp | None = None,
@@ -404,7 +422,7 @@ def find_learning_rate(
         control, ramp.min_lr, ramp.max_lr, num_steps, budget_s, ramp.stop_factor, snapshot.take,
         job_steps=job_steps, batch=batch,
     )  # fmt: skip
-    kwargs = {"batch_size": batch_size} if y is not None else {}
+    kwargs: dict[str, Any] = {"batch_size": batch_size} if y is not None else {}
     if trainer is None and isinstance(data, tf.data.Dataset):
         kwargs["shuffle"] = False  # Keras warns that a dataset is not shuffled by fit
     began = time.perf_counter()
@@ -443,6 +461,7 @@ def _report(ramp: LRRangeTest, control: RateControl, seconds: float) -> Learning
         )
     read = lr_rule.suggest(ramp.rates, ramp.losses)
     if ramp.stopped == "declined":
+        assert ramp.declined is not None  # set with the reason whenever it stopped "declined"
         read = lr_rule.Suggestion(None, ramp.declined, [])
     elif ramp.stopped == lr_nonfinite.INPUT:
         read = lr_rule.Suggestion(None, lr_nonfinite.reason(ramp.rates, ramp.losses), [])

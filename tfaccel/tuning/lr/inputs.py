@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import contextlib
 import re
+from collections.abc import Iterator
+from typing import Any
 
 import numpy as np
 import tensorflow as tf
@@ -29,7 +31,7 @@ FIX = (
 )
 
 
-def checked(data, y=None):
+def checked(data: Any, y: Any = None) -> Any:
     """`data` with its inputs checked: arrays (with `y`) now, a dataset as it is read.
 
     Raises:
@@ -49,7 +51,7 @@ def checked(data, y=None):
     return data
 
 
-def check_arrays(x, y) -> None:
+def check_arrays(x: Any, y: Any) -> None:
     """Raises ValueError naming the rows of the floating arrays of `x` or `y` that hold
     NaN or inf (how many, and the first)."""
     for what, name, part in (("features", "x", x), ("labels", "y", y)):
@@ -70,7 +72,7 @@ def check_arrays(x, y) -> None:
                 )
 
 
-def _leaves(part, path=()):
+def _leaves(part: Any, path: tuple = ()) -> list[tuple[tuple, Any]]:
     """`(path, array)` of each array in nested dicts, lists and tuples."""
     if isinstance(part, dict):
         return [leaf for key, value in part.items() for leaf in _leaves(value, (*path, key))]
@@ -91,11 +93,11 @@ def _bad_rows(array: np.ndarray) -> tuple[int, int] | None:
         if bad.any():
             count += int(bad.sum())
             first = start + int(np.argmax(bad)) if first is None else first
-    return (count, first) if count else None
+    return None if first is None else (count, first)  # first is set with the first bad row
 
 
 @contextlib.contextmanager
-def named():
+def named() -> Iterator[None]:
     """Raises the failure of a batch `checked` read as a ValueError naming the batch."""
     try:
         yield

@@ -6,6 +6,10 @@ import dataclasses
 import math
 import os
 import textwrap
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from matplotlib.axes import Axes
 
 
 @dataclasses.dataclass
@@ -49,7 +53,7 @@ class LearningRateReport:
     schedule: str | None = None
     ramp_steps: int | None = None
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         """The report as a dict of JSON-ready values (non-finite losses become None)."""
         out = dataclasses.asdict(self)
         for key in ("losses", "smoothed"):
@@ -66,7 +70,7 @@ class LearningRateReport:
             else f"learning rate: {rate}; {self.reason}."
         )
 
-    def plot(self, path: str | os.PathLike | None = None, ax=None):
+    def plot(self, path: str | os.PathLike | None = None, ax: Axes | None = None) -> Axes:
         """Draws the loss against the rate (log axis), the smoothed curve and the picks.
 
         Args:
@@ -94,10 +98,11 @@ class LearningRateReport:
             folder = os.path.dirname(os.fspath(path))
             if folder:
                 os.makedirs(folder, exist_ok=True)
-            ax.figure.savefig(os.fspath(path), dpi=100, bbox_inches="tight")
+            # a Figure's axis (ours, or the caller's); a SubFigure has no savefig
+            ax.figure.savefig(os.fspath(path), dpi=100, bbox_inches="tight")  # type: ignore[union-attr]
         return ax
 
-    def _draw(self, ax) -> None:
+    def _draw(self, ax: Axes) -> None:
         ax.plot(self.rates, self.losses, ".", color="0.6", label="loss per step")
         n = len(self.smoothed)
         if n:

@@ -40,6 +40,8 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Sequence
+from typing import TypedDict
 
 import numpy as np
 
@@ -77,6 +79,15 @@ class Suggestion:
     window: int | None = None
 
 
+class _Read(TypedDict):
+    """The figures read from a curve that every later `Suggestion` carries."""
+
+    smoothed: list[float]
+    noise: float
+    descent: float
+    window: int
+
+
 def window_for(n: int) -> int:
     """The odd smoothing window for a curve of `n` points: about n / 10, at least 5."""
     w = max(5, round(n / 10))
@@ -111,7 +122,7 @@ def local_slopes(x: np.ndarray, y: np.ndarray, w: int) -> tuple[np.ndarray, np.n
     return slopes, errors
 
 
-def _no_descent(descent, band, sigma, start, rates) -> str:
+def _no_descent(descent: float, band: float, sigma: float, start: float, rates: np.ndarray) -> str:
     """Why a descent within the noise band supports no suggestion: flat or too noisy."""
     if sigma <= FLAT_RELATIVE * max(abs(start), 1e-12):
         return (
@@ -125,7 +136,9 @@ def _no_descent(descent, band, sigma, start, rates) -> str:
     )
 
 
-def suggest(rates, losses) -> Suggestion:
+def suggest(
+    rates: Sequence[float] | np.ndarray, losses: Sequence[float] | np.ndarray
+) -> Suggestion:
     """The rate to train at, read from a range test's curve (see the module's rule).
 
     Args:
@@ -156,7 +169,7 @@ def suggest(rates, losses) -> Suggestion:
     start = float(np.median(y[:w]))
     i_min = int(np.argmin(smooth))
     descent = start - float(smooth[i_min])
-    read = dict(smoothed=list(smooth), noise=sigma, descent=descent, window=w)
+    read = _Read(smoothed=list(smooth), noise=sigma, descent=descent, window=w)
     rates_read = 10.0**x
     rise = float(np.max(smooth[i_min:])) - float(smooth[i_min])
     if i_min <= w // 2 and rise > band:
@@ -211,7 +224,13 @@ def suggest(rates, losses) -> Suggestion:
     return Suggestion(rate, why, minimum_rate=minimum_rate, **read)
 
 
-def steepest(rates, losses, beta: float = 0.98, skip_begin: int = 10, skip_end: int = 1):
+def steepest(
+    rates: Sequence[float] | np.ndarray,
+    losses: Sequence[float] | np.ndarray,
+    beta: float = 0.98,
+    skip_begin: int = 10,
+    skip_end: int = 1,
+) -> float | None:
     """The steepest-descent rule: the rate where an EMA-smoothed loss falls fastest per step.
 
     The gradient is taken by index (the rates' spacing ignored), as Lightning's `lr_find`

@@ -8,6 +8,8 @@ at most `RAMP_SHARE` of the job's steps (`job_examples // batch`), capped by
 
 from __future__ import annotations
 
+from typing import Any
+
 import tensorflow as tf
 
 from tfaccel.tuning.lr.report import LearningRateReport
@@ -16,13 +18,13 @@ RAMP_SHARE = 0.05  # the ramp's steps, at most, as a share of the job's steps
 MIN_RAMP = 30  # ramp steps below which the test does not pay (>= lr_rule.MIN_POINTS)
 
 
-def check_job_examples(job_examples) -> None:
+def check_job_examples(job_examples: object) -> None:
     """Refuses a job size that is not a positive integer."""
     if isinstance(job_examples, bool) or not isinstance(job_examples, int) or job_examples < 1:
         raise ValueError(f"job_examples must be a positive integer, got {job_examples!r}.")
 
 
-def batch_of(data, y, batch_size) -> int:
+def batch_of(data: Any, y: Any, batch_size: int | None) -> int:
     """The global batch of `data`: `batch_size` for arrays, a dataset's static batch."""
     if y is not None or batch_size is not None:
         return batch_size or 32
@@ -55,7 +57,7 @@ def not_run(
         f"job is {steps} ({job_examples} examples at batch {batch}: {job_steps} steps); "
         "keep the rate you have (or run the test without job_examples)"
     )
-    empty = dict(rates=[], losses=[], smoothed=[], minimum_rate=None, steepest_rate=None)
     return LearningRateReport(
-        None, why, **empty, noise=None, stopped="not run", steps=0, seconds=0.0, ramp_steps=0
-    )
+        None, why, rates=[], losses=[], smoothed=[], minimum_rate=None, steepest_rate=None,
+        noise=None, stopped="not run", steps=0, seconds=0.0, ramp_steps=0,
+    )  # fmt: skip
