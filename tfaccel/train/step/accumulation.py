@@ -9,7 +9,7 @@ communication. The replica-side arithmetic lives in `steps.py`.
 from __future__ import annotations
 
 
-def resolve_accumulate_steps(value) -> int:
+def resolve_accumulate_steps(value: object) -> int:
     """Returns `value` when it is an integer >= 1.
 
     Raises:

@@ -19,7 +19,9 @@ short job never traces the read, a long one traces it once those loops are past.
 from __future__ import annotations
 
 import collections
+from collections.abc import Iterable
 
+import keras
 import tensorflow as tf
 
 from tfaccel.choices.agreement import is_multi_worker
@@ -37,12 +39,14 @@ class LoopStats:
             default for metric state).
     """
 
-    def __init__(self, strategy: tf.distribute.Strategy, metrics):
+    def __init__(
+        self, strategy: tf.distribute.Strategy, metrics: Iterable[keras.metrics.Metric]
+    ) -> None:
         self.strategy = strategy
         self.metrics = list(metrics)
         self.variables = [v for m in self.metrics for v in m.variables]
         self.packable = all(getattr(v, "aggregation", "sum") == "sum" for v in self.variables)
-        self.traces = collections.Counter()
+        self.traces: collections.Counter[str] = collections.Counter()
         tpu = "TPU" in type(strategy).__name__
         self.one_worker = not is_multi_worker(strategy) and not tpu
         self.eager_reads = 0  # reads made without the traced collective (one worker)

@@ -3,9 +3,18 @@
 from __future__ import annotations
 
 import copy
+from collections.abc import Callable, Iterable
+from typing import Any, TypeAlias
 
 import keras
 import tensorflow as tf
+
+# A Keras loss as `model.compile` takes it: an object, a name or a function.
+LossSpec: TypeAlias = "keras.losses.Loss | str | Callable[..., Any]"
+# One metric as `model.compile` takes it: an object, a name or a function.
+MetricSpec: TypeAlias = "keras.metrics.Metric | str | Callable[..., Any]"
+# `metrics=`: one metric alone, several, or None.
+MetricsArg: TypeAlias = "MetricSpec | Iterable[MetricSpec] | None"
 
 
 class PerExampleLoss:
@@ -14,7 +23,7 @@ class PerExampleLoss:
     `weight` multiplies it (a single-output model's `loss_weights`, as in `model.compile`).
     """
 
-    def __init__(self, loss, weight: float = 1.0):
+    def __init__(self, loss: LossSpec, weight: float = 1.0) -> None:
         if isinstance(loss, str):
             loss = keras.losses.get(loss)
         self.sums = False  # reduction="sum": the step's loss is the global batch's sum
@@ -30,7 +39,9 @@ class PerExampleLoss:
         self.fn = loss
         self.weight = float(weight)
 
-    def __call__(self, y_true, y_pred, sample_weight=None) -> tf.Tensor:
+    def __call__(
+        self, y_true: tf.Tensor, y_pred: tf.Tensor, sample_weight: tf.Tensor | None = None
+    ) -> tf.Tensor:
         """Returns a float32 vector with one loss per example of the batch."""
         if isinstance(self.fn, keras.losses.Loss):
             values = self.fn(y_true, y_pred, sample_weight)
@@ -91,7 +102,7 @@ _ACCURACY = {
 
 
 def resolve_metrics(
-    metrics, loss: PerExampleLoss, weighted_metrics=None
+    metrics: MetricsArg, loss: PerExampleLoss, weighted_metrics: MetricsArg = None
 ) -> list[keras.metrics.Metric]:
     """Turns metric objects, names and functions (one alone, a list, or None) into Keras
     `Metric` objects. As in `model.compile`, `metrics` ignore sample weights (and class
@@ -112,7 +123,7 @@ def resolve_metrics(
     return plain + weighted
 
 
-def _resolve(metrics, loss: PerExampleLoss) -> list[keras.metrics.Metric]:
+def _resolve(metrics: MetricsArg, loss: PerExampleLoss) -> list[keras.metrics.Metric]:
     if metrics is None:
         metrics = []
     elif isinstance(metrics, (str, keras.metrics.Metric)) or callable(metrics):
@@ -134,7 +145,7 @@ def _resolve(metrics, loss: PerExampleLoss) -> list[keras.metrics.Metric]:
     return resolved
 
 
-def loss_scale_of(optimizer) -> float | None:
+def loss_scale_of(optimizer: keras.optimizers.Optimizer) -> float | None:
     """The current dynamic loss scale, or None when the optimizer does not scale."""
     if isinstance(optimizer, keras.optimizers.LossScaleOptimizer):
         if optimizer.built:

@@ -15,7 +15,10 @@ from __future__ import annotations
 
 import contextlib
 import types
+from collections.abc import Iterator
+from typing import Any
 
+import tensorflow as tf
 from tensorflow.python.framework import ops
 
 _PREFIX = "CustomGradient-"
@@ -54,13 +57,13 @@ def _inside(graph, outer) -> bool:
     return False
 
 
-def made_in(entry: dict, graph) -> bool:
+def made_in(entry: dict[str, Any], graph: tf.Graph) -> bool:
     """Whether a registry entry's gradient function belongs to `graph` (or a graph in it)."""
     return any(_inside(g, graph) for g in _graphs_of(entry.get("type")))
 
 
 @contextlib.contextmanager
-def dropped_after_trace():
+def dropped_after_trace() -> Iterator[None]:
     """Around a traced function's Python body: the custom-gradient registrations made in
     the graph being traced (and the graphs in it) are removed when the body returns."""
     registry = _registry()

@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import contextlib
 import time
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any, Protocol
 
 import keras
 import tensorflow as tf
@@ -31,7 +33,7 @@ from tfaccel.train.step.out_of_memory import (
     is_out_of_memory,
     split_until_fits,
 )
-from tfaccel.train.step.runner_interface import LoopResult, Position
+from tfaccel.train.step.runner_interface import Batches, LoopResult, Position
 from tfaccel.train.step.steps import (
     StepLoops,
     Tracking,
@@ -44,13 +46,23 @@ EVALUATION_STEPS_PER_LOOP = 100  # test steps per call; they fire no callback
 ON_OOM = ("raise", "accumulate")
 
 
+class Loops(Protocol):
+    """What a `Runner` reads of its step loops whichever step they run: `steps.StepLoops`
+    (the Trainer's step) or `user_step.ModelStepLoops` (the model's own)."""
+
+    train_loop: Callable[..., Any]  # (iterator, num_steps) -> what the loop ran
+    test_loop: Callable[..., Any]
+    first_nonfinite: tf.Variable  # the first non-finite trainable variable's index, or -1
+
+
 class Runner:
     """Runs training and test steps of one model under one strategy.
 
     Args:
         model: a built or unbuilt `keras.Model` whose variables live under `strategy`.
         optimizer: a Keras optimizer (already wrapped for loss scaling if needed).
-        loss: the per-example loss.
+        loss: the per-example loss (None only for `user_step.ModelStepRunner`, whose
+            steps are the model's own).
         metrics: Keras metric objects.
         strategy: the `tf.distribute.Strategy`.
         jit_compile: compile the replica step with XLA.
@@ -70,15 +82,15 @@ class Runner:
         self,
         model: keras.Model,
         *,
-        optimizer,
-        loss: PerExampleLoss,
-        metrics,
+        optimizer: keras.optimizers.Optimizer,
+        loss: PerExampleLoss | None,
+        metrics: Iterable[keras.metrics.Metric],
         strategy: tf.distribute.Strategy,
         jit_compile: bool = False,
         accumulate_steps: int = 1,
         evaluation_steps_per_loop: int = EVALUATION_STEPS_PER_LOOP,
         on_oom: str = "raise",
-    ):
+    ) -> None:
         if on_oom not in ON_OOM:
             raise ValueError(
                 f"on_oom must be one of {ON_OOM}, got {on_oom!r}: 'raise' lets an out-of-memory "
@@ -110,7 +122,7 @@ class Runner:
             self.epoch = tf.Variable(0, dtype=tf.int64, trainable=False, name="epoch")
             self.epoch_step = tf.Variable(0, dtype=tf.int64, trainable=False, name="epoch_step")
         self.model.optimizer = optimizer
-        self.loops: StepLoops | None = None
+        self.loops: Loops | None = None
         self._stats: LoopStats | None = None
         self._skipped_offset: int | None = None
         self._count_before: float | None = None  # the loss tracker's count before a loop
@@ -128,7 +140,9 @@ class Runner:
         self.loops = self._step_loops(self.micro_batches)
         self._skipped_offset = int(self.step.numpy()) - int(self.optimizer.iterations.numpy())
 
-    def _step_loops(self, micro_batches: int) -> StepLoops:
+    def _step_loops(self, micro_batches: int) -> Loops:
+        # A runner without a loss runs the model's own step, and overrides this.
+        assert self.loss is not None, "the Trainer's own step needs a loss"
         return StepLoops(
             model=self.model,
             optimizer=self.optimizer,
@@ -141,6 +155,20 @@ class Runner:
             micro_batches=micro_batches,
         )
 
+    def _built(self) -> Loops:
+        """The step loops `build` made: the outer loop builds the runner before it trains
+        or evaluates, so they are there whenever a step runs."""
+        if self.loops is None:
+            raise RuntimeError("Runner.build(sample) makes the step loops; call it first.")
+        return self.loops
+
+    def _trainer_loops(self) -> StepLoops:
+        """`_built()`, where they are the Trainer's own step's (`_step_loops` makes them; a
+        subclass that runs other loops overrides every method that calls this)."""
+        loops = self._built()
+        assert isinstance(loops, StepLoops), type(loops)
+        return loops
+
     def retrace(self) -> None:
         """New step loops, traced anew: after the trainable variables changed (freezing)."""
         if self.loops is not None:
@@ -148,7 +176,7 @@ class Runner:
 
     # -- running -----------------------------------------------------------------------
 
-    def train(self, iterator, num_steps: int, *, stop_flag: bool = False) -> LoopResult:
+    def train(self, iterator: Batches, num_steps: int, *, stop_flag: bool = False) -> LoopResult:
         """Up to `num_steps` optimizer steps in one call; then one collective for the logs.
 
         Args:
@@ -164,7 +192,7 @@ class Runner:
         if self._held:
             ran, note = self._held_step(iterator)
         if ran < num_steps and (ran or not self._held):
-            ran += self._call(self.loops.train_loop, iterator, num_steps - ran)
+            ran += self._call(self._built().train_loop, iterator, num_steps - ran)
             looped = True
         seconds = time.perf_counter() - start
         if ran == 0:
@@ -179,9 +207,9 @@ class Runner:
 
     def _input_wait(self) -> float:
         """Seconds the last step loop waited for its batches (measured inside its graph)."""
-        return float(self.loops.input_wait.numpy())
+        return float(self._trainer_loops().input_wait.numpy())
 
-    def _held_step(self, iterator) -> tuple[int, str | None]:
+    def _held_step(self, iterator: Batches) -> tuple[int, str | None]:
         """One step whose batches are held, so that running out of memory retries them.
 
         Returns (steps applied: 0 when the data ended, the out-of-memory note or None).
@@ -197,7 +225,7 @@ class Runner:
         saved = [(v, v.numpy()) for v in self._retry_state()]
         step = int(self.step.numpy())
         try:
-            self.loops.held_step(batches)
+            self._trainer_loops().held_step(batches)
             self._held = False
             return 1, None
         except Exception as error:  # noqa: BLE001 - only out-of-memory is retried
@@ -209,8 +237,9 @@ class Runner:
         def attempt(k: int) -> None:
             for variable, value in saved:  # undo what the failed try updated (BN, metrics)
                 variable.assign(value)
-            self.loops.clear_accumulators()
+            self._trainer_loops().clear_accumulators()
             loops = self._step_loops(k)
+            assert isinstance(loops, StepLoops), type(loops)  # as `_trainer_loops`
             loops.held_step(batches)
             self.loops = loops
 
@@ -226,25 +255,25 @@ class Runner:
             f"out of memory at batch {batch}: {k} micro-batches of {batch // k} from step {step}"
         )
 
-    def _retry_state(self) -> list:
+    def _retry_state(self) -> list[tf.Variable]:
         """What a failed step may have changed before running out of memory."""
         metrics = [self.loss_tracker, self.loop_loss, *self.metrics]
         counters = [self.step, self.optimizer.iterations]
         variables = [v for m in metrics for v in m.variables]
         return counters + list(self.model.non_trainable_variables) + variables
 
-    def _global_batch(self, batch) -> int:
+    def _global_batch(self, batch: Any) -> int:
         first = tf.nest.flatten(batch)[0]
         local = sum(int(t.shape[0]) for t in self.strategy.experimental_local_results(first))
         return local * getattr(self.strategy.extended, "_num_workers", 1)
 
-    def evaluate(self, iterator, num_steps: int | None) -> dict:
+    def evaluate(self, iterator: Batches, num_steps: int | None) -> dict[str, float]:
         """Resets the metrics and runs test steps (None: until the data ends); returns logs."""
         self.reset_metrics()
         done, per_call = 0, self.evaluation_steps_per_loop
         while num_steps is None or done < num_steps:
             want = per_call if num_steps is None else min(per_call, num_steps - done)
-            ran = self._call(self.loops.test_loop, iterator, want)
+            ran = self._call(self._built().test_loop, iterator, want)
             done += ran
             if ran < want:
                 break
@@ -254,7 +283,7 @@ class Runner:
             **{m.name: float(m.result()) for m in self.metrics},
         }
 
-    def _call(self, loop, iterator, num_steps: int) -> int:
+    def _call(self, loop: Callable[..., Any], iterator: Batches, num_steps: int) -> int:
         try:
             return int(loop(iterator, tf.constant(num_steps, tf.int32)))
         except tf.errors.ResourceExhaustedError as error:
@@ -271,13 +300,13 @@ class Runner:
             text = str(error)
             if self.jit_compile and ("XLA" in text or "jit" in text.lower()):
                 raise ValueError(explain_xla_error(error, self.model)) from error
-            clear = explain_step_error(error, self.loss.name)
+            clear = None if self.loss is None else explain_step_error(error, self.loss.name)
             if clear:
                 raise ValueError(clear) from error
             raise
 
     def _first_nonfinite(self) -> str | None:
-        index = int(self.loops.first_nonfinite.numpy())
+        index = int(self._built().first_nonfinite.numpy())
         if index < 0:
             return None
         variable = self.model.trainable_variables[index]
@@ -302,7 +331,7 @@ class Runner:
         count = float(values[id(self.loss_tracker.count)])
         return logs, results["loop_loss"], count, None if votes is None else votes > 0
 
-    def epoch_logs(self) -> dict:
+    def epoch_logs(self) -> dict[str, float]:
         """The running loss and metrics (and loss scale) of the epoch so far."""
         logs = {"loss": float(self.loss_tracker.result())}
         for metric in self.metrics:
@@ -310,7 +339,7 @@ class Runner:
         self._add_loss_scale(logs)
         return logs
 
-    def _add_loss_scale(self, logs: dict) -> None:
+    def _add_loss_scale(self, logs: dict[str, float]) -> None:
         scale = loss_scale_of(self.optimizer)
         if scale is not None:
             logs["loss_scale"] = scale
@@ -344,7 +373,7 @@ class Runner:
         if epoch_step is not None:
             self.epoch_step.assign(epoch_step)
 
-    def checkpoint_items(self) -> dict:
+    def checkpoint_items(self) -> dict[str, Any]:
         """The state a checkpoint holds: step counters, model, optimizer, metrics' running state."""
         return {
             "step": self.step,
@@ -361,7 +390,7 @@ class Runner:
         inner = getattr(self.optimizer, "inner_optimizer", self.optimizer)
         return type(inner).__name__
 
-    def run_shape(self) -> dict:
+    def run_shape(self) -> dict[str, Any]:
         """The runner's part of a checkpoint's run shape (what a resume compares)."""
         return {
             "optimizer": self.optimizer_type(),
@@ -371,7 +400,7 @@ class Runner:
         }
 
     @contextlib.contextmanager
-    def restoring(self):
+    def restoring(self) -> Iterator[None]:
         """Around a restore: state comes from the checkpoint, optimizer settings stay this run's."""
         try:
             with hyperparameters.kept(self.optimizer):
@@ -383,7 +412,7 @@ class Runner:
         """A fresh optimizer (of another type than saved) counts its steps from the global step."""
         self.optimizer.iterations.assign(self.step)
 
-    def state_variables(self) -> list:
+    def state_variables(self) -> list[tf.Variable]:
         """Every variable a step changes: the model's, the optimizer's, the step counters
         and the metrics' (what the doctor saves before it measures and restores after)."""
         metrics = [self.loss_tracker, self.loop_loss, *self.metrics]

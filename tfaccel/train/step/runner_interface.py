@@ -21,7 +21,14 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-from typing import Any, NamedTuple, Protocol
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol, TypeAlias
+
+if TYPE_CHECKING:
+    import tensorflow as tf
+
+# What `train` and `evaluate` read batches from: a distributed dataset's iterator, or a
+# dataset's (under the default strategy, which does not wrap the dataset).
+Batches: TypeAlias = "tf.distribute.DistributedIterator | tf.data.Iterator"
 
 
 class Position(NamedTuple):
@@ -74,11 +81,13 @@ class RunnerInterface(Protocol):
     loss: Any  # the per-example loss the steps compute (`losses.PerExampleLoss`)
     jit_compile: bool  # whether the step loops are compiled with XLA
 
-    def build(self, sample) -> None: ...
+    def build(self, sample: tf.data.Dataset) -> None: ...
 
-    def train(self, iterator, num_steps: int, *, stop_flag: bool = False) -> LoopResult: ...
+    def train(
+        self, iterator: Batches, num_steps: int, *, stop_flag: bool = False
+    ) -> LoopResult: ...
 
-    def evaluate(self, iterator, num_steps: int | None) -> dict: ...
+    def evaluate(self, iterator: Batches, num_steps: int | None) -> dict: ...
 
     def epoch_logs(self) -> dict: ...
 

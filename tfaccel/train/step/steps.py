@@ -6,8 +6,10 @@ import collections
 import dataclasses
 import functools
 import re
+from collections.abc import Sequence
 from typing import Any
 
+import keras
 import tensorflow as tf
 
 from tfaccel.data.elements import unpack
@@ -64,16 +66,16 @@ class StepLoops:
     def __init__(
         self,
         *,
-        model,
-        optimizer,
+        model: keras.Model,
+        optimizer: keras.optimizers.Optimizer,
         loss: PerExampleLoss,
-        metrics,
+        metrics: list[keras.metrics.Metric],
         tracking: Tracking,
-        strategy,
+        strategy: tf.distribute.Strategy,
         jit_compile: bool,
         accumulate_steps: int = 1,
         micro_batches: int = 1,
-    ):
+    ) -> None:
         self.model = model
         self.optimizer = optimizer
         self.loss = loss
@@ -91,7 +93,8 @@ class StepLoops:
         self.micro_batches = micro_batches
         replica_train = tf.function(self._train_step, jit_compile=True) if jit_compile else None
         self._replica_train = replica_train or self._train_step
-        self.traces = collections.Counter()  # traces of each loop (`traces.counted`)
+        # Traces of each loop (`traces.counted`).
+        self.traces: collections.Counter[str] = collections.Counter()
         train_loop = self._train_loop
         if accumulate_steps > 1 or micro_batches > 1:
             self._create_accumulators()
@@ -317,7 +320,7 @@ class StepLoops:
 
 
 @_plain
-def first_nonfinite(variables):
+def first_nonfinite(variables: Sequence[tf.Variable]) -> tf.Tensor:
     """Once per loop, in the loop's graph: which of `variables` is not finite (-1: none)."""
     if not variables:
         return tf.constant(-1, tf.int32)
@@ -350,7 +353,7 @@ def op_determinism() -> bool:
     return bool(getattr(config, "is_op_determinism_enabled", lambda: False)())
 
 
-def explain_xla_error(error: Exception, model) -> str:
+def explain_xla_error(error: Exception, model: keras.Model) -> str:
     """Names the layer(s) and op(s) XLA could not compile, from a TensorFlow error."""
     text = str(error)
     ops = sorted(set(re.findall(r"No registered '(\w+)' OpKernel for XLA", text)))

@@ -14,6 +14,7 @@ import collections
 import functools
 import time
 from collections.abc import Callable
+from typing import Any
 
 import tensorflow as tf
 
@@ -22,7 +23,9 @@ from tfaccel.train.step import registrations
 _LISTENERS: list[Callable[[str, float], None]] = []
 
 
-def counted(fn: Callable, name: str, counter: collections.Counter) -> Callable:
+def counted(
+    fn: Callable[..., Any], name: str, counter: collections.Counter[str]
+) -> Callable[..., Any]:
     """`fn` (a loop's Python body), counting and timing each trace under `name`."""
 
     @tf.autograph.experimental.do_not_convert  # `fn` is plain, or converted already

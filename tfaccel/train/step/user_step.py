@@ -21,6 +21,8 @@ from __future__ import annotations
 
 import collections
 import time
+from collections.abc import Callable, Iterable
+from typing import Any
 
 import keras
 import tensorflow as tf
@@ -30,7 +32,7 @@ from keras.src.utils.python_utils import pythonify_logs
 from tfaccel.train.step import traces
 from tfaccel.train.step.loop_stats import LoopStats
 from tfaccel.train.step.runner import EVALUATION_STEPS_PER_LOOP, Runner
-from tfaccel.train.step.runner_interface import LoopResult
+from tfaccel.train.step.runner_interface import Batches, LoopResult
 from tfaccel.train.step.steps import explain_xla_error, first_nonfinite
 
 _plain = tf.autograph.experimental.do_not_convert  # as model.fit: the step is not converted
@@ -45,12 +47,18 @@ class ModelStepLoops:
     variables it creates lazily (a GAN's optimizers) are made in its first trace.
     """
 
-    def __init__(self, model: keras.Model, strategy, step_counter, jit_compile: bool):
+    def __init__(
+        self,
+        model: keras.Model,
+        strategy: tf.distribute.Strategy,
+        step_counter: tf.Variable,
+        jit_compile: bool,
+    ) -> None:
         self.model = model
         self.strategy = strategy
         self.step_counter = step_counter
         self.first_nonfinite = tf.Variable(-1, dtype=tf.int32, trainable=False)
-        self.traces = collections.Counter()
+        self.traces: collections.Counter[str] = collections.Counter()
         self._one = {
             "train": tf.function(self._one_step(model.train_step, jit_compile)),
             "test": tf.function(self._one_step(model.test_step, jit_compile)),
@@ -58,7 +66,7 @@ class ModelStepLoops:
         self.train_loop = tf.function(traces.counted(self._train_loop, "train loop", self.traces))
         self.test_loop = tf.function(traces.counted(self._test_loop, "test loop", self.traces))
 
-    def _one_step(self, step, jit_compile: bool):
+    def _one_step(self, step: Callable[..., Any], jit_compile: bool) -> Callable[..., Any]:
         replica_step = tf.function(step, jit_compile=True) if jit_compile else step
 
         @_plain
@@ -148,15 +156,15 @@ class ModelStepRunner(Runner):
         self,
         model: keras.Model,
         *,
-        optimizer,
+        optimizer: keras.optimizers.Optimizer,
         strategy: tf.distribute.Strategy,
         jit_compile: bool = False,
         evaluation_steps_per_loop: int = EVALUATION_STEPS_PER_LOOP,
-        loss=None,
-        metrics=(),
+        loss: None = None,
+        metrics: Iterable[keras.metrics.Metric] = (),
         accumulate_steps: int = 1,
         on_oom: str = "raise",
-    ):
+    ) -> None:
         if loss is not None or list(metrics) or accumulate_steps != 1 or on_oom != "raise":
             raise ValueError(
                 "The model's own steps compute their loss and metrics and apply their "
@@ -187,12 +195,12 @@ class ModelStepRunner(Runner):
     def _step_loops(self, micro_batches: int) -> ModelStepLoops:
         return ModelStepLoops(self.model, self.strategy, self.step, self.jit_compile)
 
-    def train(self, iterator, num_steps: int, *, stop_flag: bool = False) -> LoopResult:
+    def train(self, iterator: Batches, num_steps: int, *, stop_flag: bool = False) -> LoopResult:
         """Up to `num_steps` of the model's `train_step` in one call."""
         if num_steps < 1:
             return LoopResult(0, {})
         start = time.perf_counter()
-        done, examples, logs = self._call(self.loops.train_loop, iterator, num_steps)
+        done, examples, logs = self._run_loop(self._built().train_loop, iterator, num_steps)
         ran = int(done)
         seconds = time.perf_counter() - start
         if ran == 0:
@@ -210,13 +218,13 @@ class ModelStepRunner(Runner):
             nonfinite=self._first_nonfinite(),
         )
 
-    def evaluate(self, iterator, num_steps: int | None) -> dict:
+    def evaluate(self, iterator: Batches, num_steps: int | None) -> dict[str, Any]:
         """Resets the model's metrics and runs its `test_step`, as `model.evaluate`."""
         self.reset_metrics()
         done, per_call, last = 0, self.evaluation_steps_per_loop, None
         while num_steps is None or done < num_steps:
             want = per_call if num_steps is None else min(per_call, num_steps - done)
-            ran, _, logs = self._call(self.loops.test_loop, iterator, want)
+            ran, _, logs = self._run_loop(self._built().test_loop, iterator, want)
             ran = int(ran)
             if ran:
                 last = logs.get_value()
@@ -225,7 +233,10 @@ class ModelStepRunner(Runner):
                 break
         return _metrics_or_logs(self.model, last)
 
-    def _call(self, loop, iterator, num_steps: int):
+    def _run_loop(
+        self, loop: Callable[..., Any], iterator: Batches, num_steps: int
+    ) -> tuple[tf.Tensor, tf.Tensor, tf.experimental.Optional]:
+        """`(steps run, examples read, the last step's logs)` of one call of a loop."""
         try:
             return loop(iterator, tf.constant(num_steps, tf.int32))
         except (tf.errors.InvalidArgumentError, tf.errors.UnimplementedError) as error:
@@ -234,7 +245,7 @@ class ModelStepRunner(Runner):
                 raise ValueError(explain_xla_error(error, self.model)) from error
             raise
 
-    def epoch_logs(self) -> dict:
+    def epoch_logs(self) -> dict[str, Any]:
         """`model.fit`'s epoch logs: the model's metrics, or the last step's other logs."""
         return _metrics_or_logs(self.model, self._last_logs)
 
@@ -243,7 +254,7 @@ class ModelStepRunner(Runner):
         self._last_logs = None
         self._count_before = 0.0
 
-    def checkpoint_items(self) -> dict:
+    def checkpoint_items(self) -> dict[str, Any]:
         """The step counters, the model (with the optimizers it holds), its optimizer, its
         metrics' running state and every variable of the model by itself (random seed
         generators' states are not reached through the model object)."""
@@ -252,7 +263,7 @@ class ModelStepRunner(Runner):
         items["model_variables"] = list(self.model.variables)
         return items
 
-    def state_variables(self) -> list:
+    def state_variables(self) -> list[tf.Variable]:
         """Every variable a step may change: the model's, its optimizers', the counters,
         its metrics'."""
         optimizers = [self.optimizer, *_held_optimizers(self.model)]
@@ -266,7 +277,7 @@ class ModelStepRunner(Runner):
         ]
 
 
-def _metrics_or_logs(model: keras.Model, logs) -> dict:
+def _metrics_or_logs(model: keras.Model, logs: Any) -> dict[str, Any]:
     """As `model.fit`: the model's metrics when `logs` names exactly those, else `logs`
     (also when a compiled metric the steps never updated cannot give a result yet)."""
     try:
@@ -280,17 +291,17 @@ def _metrics_or_logs(model: keras.Model, logs) -> dict:
     return pythonify_logs(logs if isinstance(logs, dict) else {"output": logs})
 
 
-def _loss_of(logs: dict) -> float:
+def _loss_of(logs: dict[str, Any]) -> float:
     """What the divergence check watches: the sum of the logs named "*loss" (0.0: none)."""
     values = [v for k, v in logs.items() if k.endswith("loss") and isinstance(v, float)]
     return float(sum(values)) if values else 0.0
 
 
-def _metric_variables(model: keras.Model) -> dict:
+def _metric_variables(model: keras.Model) -> dict[str, list[tf.Variable]]:
     """`{name: variables}` of the model's metrics (Keras 3 metrics are not trackable)."""
     return {f"{i}_{m.name}": list(m.variables) for i, m in enumerate(model.metrics)}
 
 
-def _held_optimizers(model: keras.Model) -> list:
+def _held_optimizers(model: keras.Model) -> list[keras.optimizers.Optimizer]:
     """Optimizers the model holds as attributes (a GAN's `d_optimizer`, `g_optimizer`)."""
     return [v for v in vars(model).values() if isinstance(v, keras.optimizers.Optimizer)]
