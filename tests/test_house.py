@@ -23,6 +23,7 @@ LAYERS = [
         "errors",
         "strict_json",
         "files",
+        "moved",
         "shared_strategy",
         "cluster",
         "launcher",  # tfaccel launch (launcher/launch.py) and what lower layers share with it

@@ -14,6 +14,7 @@ import os as _os
 import sys as _sys
 from typing import TYPE_CHECKING
 
+from tfaccel import moved as _moved
 from tfaccel.launcher import forking as _forking
 
 _os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
@@ -133,3 +134,4 @@ if not _is_command_line():
         __getattr__(_name)
 
 _forking.register()  # a child forked after TensorFlow started is told it may hang
+_moved.install()  # old import paths warn and name their new home

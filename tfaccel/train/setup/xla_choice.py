@@ -1,6 +1,6 @@
-"""Moved to `tfaccel.choices` (warns on import; see `tfaccel.choices.moved`)."""
+"""Moved to `tfaccel.choices` (warns on import; see `tfaccel.moved`)."""
 
-from tfaccel.choices import moved
+from tfaccel import moved
 
 __getattr__ = moved.forward(
     "tfaccel.train.setup.xla_choice", "tfaccel.choices.xla", "tfaccel.choices.timing"

@@ -1,5 +1,5 @@
-"""Moved to `tfaccel.choices` (warns on import; see `tfaccel.choices.moved`)."""
+"""Moved to `tfaccel.choices` (warns on import; see `tfaccel.moved`)."""
 
-from tfaccel.choices import moved
+from tfaccel import moved
 
 __getattr__ = moved.forward("tfaccel.train.step.passes", "tfaccel.choices.passes")
