@@ -93,7 +93,7 @@ def _yield_to_training() -> None:
 class Writer:
     """Runs one write at a time on a background thread; errors come back on `wait`."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self._thread: threading.Thread | None = None
         self._error: BaseException | None = None
         self.what: str | None = None  # what is being written, while it is
@@ -103,7 +103,7 @@ class Writer:
         """Whether a write is in flight."""
         return self._thread is not None and self._thread.is_alive()
 
-    def submit(self, job: Callable[[], None], what: str) -> None:
+    def submit(self, job: Callable[[], object], what: str) -> None:
         """Waits for the write in flight (raising its error), then starts `job`."""
         self.wait()
         self.what = what

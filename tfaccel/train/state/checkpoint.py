@@ -29,9 +29,11 @@ and writes a fresh checkpoint, with a warning each.
 
 from __future__ import annotations
 
+import builtins  # `set` in CheckpointState's body is its method
 import os
 import re
 import warnings
+from typing import Any
 
 import tensorflow as tf
 
@@ -78,8 +80,14 @@ class CheckpointState:
     """
 
     def __init__(
-        self, directory: str, strategy, keep: int = 3, *, asynchronous: bool = True, **objects
-    ):
+        self,
+        directory: str,
+        strategy: tf.distribute.Strategy,
+        keep: int = 3,
+        *,
+        asynchronous: bool = True,
+        **objects: Any,
+    ) -> None:
         check_keep(keep)
         self.directory = os.fspath(directory)
         self.keep = keep
@@ -144,7 +152,7 @@ class CheckpointState:
             if self.lock is not None:
                 self.lock.release()
 
-    def set(self, name: str, trackable) -> None:
+    def set(self, name: str, trackable: Any) -> None:
         """Replaces a saved object (e.g. a new input iterator)."""
         self.objects[name] = trackable
         setattr(self.checkpoint, name, trackable)
@@ -238,7 +246,7 @@ class CheckpointState:
         """Returns {entry: (saved, new)} for refused entries that changed (or raises)."""
         return compare(saved, self.run_shape.value, resume, self.directory)
 
-    def _skipped_objects(self) -> set:
+    def _skipped_objects(self) -> builtins.set[str]:
         skip = set()
         if "optimizer" in self.changed:
             skip.add("optimizer")
@@ -246,7 +254,7 @@ class CheckpointState:
             skip.add("iterator")
         return skip
 
-    def _read(self, path: str, skip: set) -> str | None:
+    def _read(self, path: str, skip: builtins.set[str]) -> str | None:
         """Restores `path`; returns why a saved tensor could not be read (None when restored).
 
         Raises:
@@ -260,7 +268,7 @@ class CheckpointState:
         detached = getattr(model, "optimizer", None) if "optimizer" in skip else None
         status = None
         try:
-            if detached is not None:
+            if detached is not None and model is not None:  # detached: it has a model
                 del model.optimizer
             status = tf.train.Checkpoint(**objects).read(path)
             unmatched = _assert_matched(
@@ -269,7 +277,7 @@ class CheckpointState:
             if unmatched:
                 warnings.warn(random_states.missing_note(unmatched), stacklevel=4)
         except tf.errors.OpError as error:
-            if _is_damage(error):
+            if files.is_damage(error):
                 text = re.sub(r"\{\{function_node [^}]*\}\}\s*", "", str(error)).strip()
                 return f"{type(error).__name__}: {text.splitlines()[0][:300]}"
             raise self._mismatch(path, error) from error
@@ -278,7 +286,7 @@ class CheckpointState:
         finally:
             if status is not None:
                 status.expect_partial()  # skipped objects are meant to stay unrestored
-            if detached is not None:
+            if detached is not None and model is not None:
                 model.optimizer = detached
         return None
 
@@ -455,14 +463,6 @@ class CheckpointState:
         self.wait()
         present = [n for n in files.numbers(self.directory) if n not in self.superseded]
         return files.prefix(self.directory, present[0]) if present else None
-
-
-def _is_damage(error: tf.errors.OpError) -> bool:
-    """Whether a restore failed on damaged bytes (checksum, truncation), not on a mismatch."""
-    text = str(error).lower()
-    return isinstance(error, tf.errors.DataLossError) or any(
-        word in text for word in ("checksum", "corrupt", "truncat", "data loss", "decode")
-    )
 
 
 def _saved_metrics(path: str, metrics: dict) -> tuple[dict, list[str]]:

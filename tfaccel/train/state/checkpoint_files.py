@@ -116,6 +116,14 @@ def unreadable(path: str) -> str | None:
     return None
 
 
+def is_damage(error: tf.errors.OpError) -> bool:
+    """Whether a restore failed on damaged bytes (checksum, truncation), not on a mismatch."""
+    text = str(error).lower()
+    return isinstance(error, tf.errors.DataLossError) or any(
+        word in text for word in ("checksum", "corrupt", "truncat", "data loss", "decode")
+    )
+
+
 def move_aside(directory: str, number: int) -> str:
     """Moves checkpoint `number`'s files to `<directory>/corrupt/`; returns that folder.
 
@@ -163,7 +171,7 @@ def remove_temporaries(directory: str) -> list[str]:
     `ckpt-N` files next to it are an unfinished save (never published: no data file
     without index, no half-written index), not a damaged checkpoint.
     """
-    removed = []
+    removed: list[str] = []
     if not tf.io.gfile.isdir(directory):
         return removed
     names = [name.rstrip("/") for name in tf.io.gfile.listdir(directory)]

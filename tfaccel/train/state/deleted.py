@@ -14,12 +14,14 @@ not write appeared does it stop (`CheckpointLockedError`): another run may save 
 from __future__ import annotations
 
 import warnings
+from typing import Protocol
 
 import tensorflow as tf
 
 from tfaccel.errors import CheckpointLockedError
 from tfaccel.train.state import checkpoint_files as files
 from tfaccel.train.state.lock import NAME as LOCK_NAME
+from tfaccel.train.state.lock import DirectoryLock
 
 WRITE_ATTEMPTS = 3
 """Writes of one checkpoint whose files are deleted under it before it is given up."""
@@ -48,7 +50,18 @@ def given_up(step: int, directory: str, why: str, attempts: int) -> str:
     )
 
 
-def check(state, step: int) -> None:
+class Saves(Protocol):
+    """What `check` knows of a `checkpoint.CheckpointState`."""
+
+    chief: bool  # this worker writes the real checkpoint
+    directory: str
+    published: int | None  # the last checkpoint this run published (None: said gone)
+    lock: DirectoryLock | None  # the chief's lock of the directory
+    written: set[int]  # every checkpoint this run published
+    found: set[int]  # the checkpoints there when the run began
+
+
+def check(state: Saves, step: int) -> None:
     """Says what `state` (a `CheckpointState`) saved or holds in its directory and was
     deleted since its last save; takes its lock again.
 
@@ -62,25 +75,25 @@ def check(state, step: int) -> None:
     if state.published is not None and not files.complete(state.directory, state.published):
         gone.append(f"{files.PREFIX}-{state.published}, the last checkpoint this run saved")
     lock = state.lock
-    lock_gone = lock is not None and lock.missing()
-    if lock_gone:
+    lost = lock if lock is not None and lock.missing() else None  # its file is gone
+    if lost is not None:
         foreign = sorted(set(files.numbers(state.directory)) - state.written - state.found)
         if foreign:
             names = ", ".join(f"{files.PREFIX}-{n}" for n in foreign)
             raise CheckpointLockedError(
-                f"This run's lock file {lock.path} is gone and {state.directory} holds "
+                f"This run's lock file {lost.path} is gone and {state.directory} holds "
                 f"checkpoint(s) this run did not write ({names}): another run may be saving "
                 "there, so this one does not. Use another checkpoint_dir."
             )
         gone.append(f"the lock file {LOCK_NAME}")
     if not gone:
         return
-    again = "took the lock again and " if lock_gone else ""
+    again = "took the lock again and " if lost is not None else ""
     warnings.warn(
         f"Files of checkpoint_dir {state.directory!r} were deleted while this run trained "
         f"({'; '.join(gone)}). Training goes on: {again}saving checkpoint {step} there now.",
         stacklevel=5,
     )
     state.published = None
-    if lock_gone:
-        lock.retake()
+    if lost is not None:
+        lost.retake()

@@ -10,6 +10,8 @@ can name what changed (`learning_rate: 0.01 in the checkpoint → 1e-05 now`).
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Iterator
+from typing import Any
 
 import keras
 
@@ -19,11 +21,11 @@ from tfaccel import strict_json
 _NOT_HYPERPARAMETERS = ("name",)
 
 
-def _inner(optimizer):
+def _inner(optimizer: keras.optimizers.Optimizer) -> keras.optimizers.Optimizer:
     return getattr(optimizer, "inner_optimizer", optimizer)
 
 
-def _plain(value):
+def _plain(value: object) -> bool | int | float | str | None:
     """A JSON value that compares equal across float32 round trips and schedules."""
     if isinstance(value, float):
         return float(f"{value:.7g}")
@@ -34,7 +36,7 @@ def _plain(value):
     return str(value)
 
 
-def of(optimizer) -> dict:
+def of(optimizer: keras.optimizers.Optimizer) -> dict[str, Any]:
     """The optimizer's hyperparameters as JSON values (looking through loss scaling).
 
     An optimizer whose `get_config` fails (a custom one without it) has none recorded:
@@ -62,19 +64,19 @@ def describe(changed: dict) -> str:
     return "; ".join(f"{k}: {a} in the checkpoint → {b} now" for k, (a, b) in changed.items())
 
 
-def _variables(optimizer) -> list:
+def _variables(optimizer: keras.optimizers.Optimizer) -> list[keras.Variable]:
     """The hyperparameters Keras keeps as variables (the learning rate unless a schedule)."""
     rate = getattr(_inner(optimizer), "_learning_rate", None)
     return [rate] if isinstance(rate, keras.Variable) else []
 
 
-def variable_paths(optimizer) -> list[str]:
+def variable_paths(optimizer: keras.optimizers.Optimizer | None) -> list[str]:
     """The paths of the hyperparameter variables (a checkpoint need not hold them)."""
     return [v.path for v in _variables(optimizer)]
 
 
 @contextlib.contextmanager
-def kept(optimizer):
+def kept(optimizer: keras.optimizers.Optimizer) -> Iterator[None]:
     """Whatever is restored inside the block, the optimizer keeps its hyperparameter values."""
     saved = [(v, v.numpy()) for v in _variables(optimizer)]
     try:

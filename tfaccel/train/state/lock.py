@@ -129,7 +129,7 @@ class DirectoryLock:
         except OSError as error:
             with contextlib.suppress(OSError):
                 os.remove(temporary)
-            code = errno.errorcode.get(error.errno, error.errno)
+            code = errno.errorcode.get(error.errno or 0, error.errno)  # no name has 0
             raise OSError(
                 error.errno,
                 f"Cannot write the lock of {self.directory} ({os.strerror(error.errno or 0)}, "

@@ -17,14 +17,14 @@ RESUME_MODES = ("auto", "force", "never")
 """What `resume` accepts (see `Trainer.fit`)."""
 
 
-def check_checkpoint_every(value):
+def check_checkpoint_every(value: object) -> int | str:
     """Returns `value` ("epoch" or an int >= 1) or raises ValueError."""
     if value == "epoch" or (isinstance(value, int) and not isinstance(value, bool) and value >= 1):
         return value
     raise ValueError(f"checkpoint_every must be 'epoch' or an integer >= 1 step, got {value!r}.")
 
 
-def check_resume(value) -> str:
+def check_resume(value: object) -> str:
     """Returns `value` (one of `RESUME_MODES`) or raises ValueError."""
     if isinstance(value, str) and value in RESUME_MODES:
         return value
@@ -36,14 +36,14 @@ def check_resume(value) -> str:
     )
 
 
-def check_keep(value) -> int:
+def check_keep(value: object) -> int:
     """Returns `value` (an int >= 1) or raises ValueError."""
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise ValueError(f"keep must be an integer >= 1, got {value!r}.")
     return value
 
 
-def check_directory_named(directory) -> str:
+def check_directory_named(directory: str | os.PathLike[str]) -> str:
     """Returns `directory` as a string; raises ValueError for "" (an unset variable?)."""
     directory = os.fspath(directory)
     if not directory:
@@ -55,7 +55,7 @@ def check_directory_named(directory) -> str:
     return directory
 
 
-def _check_bool(name: str, value) -> bool:
+def _check_bool(name: str, value: object) -> bool:
     if not isinstance(value, bool):
         raise ValueError(f"{name} must be True or False, got {value!r}.")
     return value

@@ -16,6 +16,7 @@ import errno
 import os
 import shutil
 import tempfile
+from typing import Any
 
 import keras
 import tensorflow as tf
@@ -23,7 +24,9 @@ import tensorflow as tf
 from tfaccel.train.state.checkpoint import is_chief
 
 
-def save(model: keras.Model, filepath, strategy: tf.distribute.Strategy) -> str:
+def save(
+    model: keras.Model, filepath: str | os.PathLike[str], strategy: tf.distribute.Strategy
+) -> str:
     """Writes `model` (architecture and weights, not compiled) to `filepath` (`.keras`).
 
     Returns:
@@ -87,7 +90,7 @@ def _make_folder(path: str) -> str:
 
 def _write_error(what: str, path: str, error: OSError, existed: bool) -> OSError:
     """`error` again (same class and errno) saying the path, the errno in words, what is left."""
-    code = errno.errorcode.get(error.errno, str(error.errno))
+    code = errno.errorcode.get(error.errno or 0, str(error.errno))  # no name has 0
     where = f" ({error.filename})" if error.filename and error.filename != path else ""
     left = (
         f"the old {'file' if what == 'save' else 'export'} at {path!r} is intact"
@@ -103,7 +106,12 @@ def _write_error(what: str, path: str, error: OSError, existed: bool) -> OSError
     return type(error)(error.errno, text)
 
 
-def export(model: keras.Model, dirpath, strategy: tf.distribute.Strategy, **kwargs) -> str:
+def export(
+    model: keras.Model,
+    dirpath: str | os.PathLike[str],
+    strategy: tf.distribute.Strategy,
+    **kwargs: Any,
+) -> str:
     """Writes `model.export(dirpath, **kwargs)` (a SavedModel with a `serve` endpoint).
 
     Returns:
@@ -156,7 +164,7 @@ def _check_built(model: keras.Model, what: str) -> None:
         )
 
 
-def _signature_from_inputs(model: keras.Model) -> list | None:
+def _signature_from_inputs(model: keras.Model) -> list[Any] | None:
     """`[spec]` from a subclassed model's `inputs` (Keras infers it only after a call)."""
     inputs = getattr(model, "inputs", None)
     if not inputs:

@@ -9,6 +9,7 @@ and `strategy`.
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 from tfaccel.train.state import saving
@@ -46,7 +47,7 @@ class TrainerState:
         """Resets the loss tracker and the metrics (as `model.reset_metrics`)."""
         self.runner.reset_metrics()
 
-    def save(self, filepath) -> str:
+    def save(self, filepath: str | os.PathLike[str]) -> str:
         """Saves the model as a `.keras` file (architecture and weights, not compiled).
 
         Load it with `keras.saving.load_model(filepath)` after `import tfaccel` (which
@@ -62,7 +63,7 @@ class TrainerState:
         """
         return saving.save(self.model, filepath, self.strategy)
 
-    def export(self, dirpath, **kwargs) -> str:
+    def export(self, dirpath: str | os.PathLike[str], **kwargs: Any) -> str:
         """Exports a SavedModel for serving (`model.export`; `kwargs` are its arguments).
 
         Load it with `tf.saved_model.load(dirpath).serve(x)` (or TF Serving). Under
