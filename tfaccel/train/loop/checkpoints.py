@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import os
+from typing import TYPE_CHECKING, Any
 
 import tensorflow as tf
 
@@ -20,6 +21,10 @@ from tfaccel.train.loop.notes import Notes
 from tfaccel.train.state import hyperparameters
 from tfaccel.train.state.checkpoint import ITERATOR_KEYS, POSITION_KEYS, CheckpointState
 from tfaccel.train.state.policies import Checkpointing
+
+if TYPE_CHECKING:
+    from tfaccel.data import Feed
+    from tfaccel.train.step.runner_interface import Batches, RunnerInterface
 
 logger = logging.getLogger("tfaccel")
 
@@ -39,7 +44,14 @@ class Checkpoints:
         last_saved: the global step of this run's last save (None: none yet).
     """
 
-    def __init__(self, runner, train, checkpointing: Checkpointing, run_shape: dict, notes: Notes):
+    def __init__(
+        self,
+        runner: RunnerInterface,
+        train: Feed,
+        checkpointing: Checkpointing,
+        run_shape: dict[str, Any],
+        notes: Notes,
+    ) -> None:
         self.runner = runner
         self.every = checkpointing.every
         self.resume = checkpointing.resume
@@ -49,7 +61,7 @@ class Checkpoints:
         self.last_saved: int | None = None
         self.deferred = False  # a save on an epoch's last step, written once it is finished
 
-    def _open(self, train, checkpointing: Checkpointing) -> CheckpointState | None:
+    def _open(self, train: Feed, checkpointing: Checkpointing) -> CheckpointState | None:
         """The run's `CheckpointState` (None without a directory); the data's fingerprint
         joins the run shape, and a warning names random ops a resume cannot replay."""
         if checkpointing.directory is None:  # not `enabled`
@@ -89,7 +101,7 @@ class Checkpoints:
         several replicas or workers)."""
         return self.state is not None and self.state.will_restore("iterator", self.resume)
 
-    def track_iterator(self, iterator) -> None:
+    def track_iterator(self, iterator: Batches) -> None:
         """Saves `iterator`'s position with the run when it can be: a plain `tf.data`
         iterator, not a worker's own shard (which must not be restored from the chief's)."""
         trackable = isinstance(iterator, tf.__internal__.tracking.Trackable) and not isinstance(

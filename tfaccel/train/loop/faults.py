@@ -19,10 +19,16 @@ from __future__ import annotations
 import signal
 import sys
 import threading
+import types
+from collections.abc import Callable
+from typing import Any
 
 import tensorflow as tf
 
 from tfaccel.errors import TrainingDivergedError  # noqa: F401 (re-exported)
+
+# What `signal.signal` takes and gives back: a function, SIG_DFL / SIG_IGN, or None.
+_Handler = Callable[[int, types.FrameType | None], Any] | int | None
 
 
 class PreemptionWatcher:
@@ -30,10 +36,10 @@ class PreemptionWatcher:
 
     SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
-    def __init__(self, strategy: tf.distribute.Strategy):
+    def __init__(self, strategy: tf.distribute.Strategy) -> None:
         self.strategy = strategy
         self.signal_received: int | None = None
-        self._previous = {}
+        self._previous: dict[int, _Handler] = {}  # the handlers replaced, by signal
         self._multi_worker = getattr(strategy.extended, "_num_workers", 1) > 1
         if self._multi_worker:
             self._agree = tf.function(self._all_reduce_sum)
@@ -43,7 +49,7 @@ class PreemptionWatcher:
         """True when stopping needs the workers' agreement (a collective)."""
         return self._multi_worker
 
-    def _handler(self, signum, frame):
+    def _handler(self, signum: int, frame: types.FrameType | None) -> None:
         if signum == signal.SIGINT and self.signal_received == signal.SIGINT:
             raise KeyboardInterrupt("a second Ctrl-C: stopped at once, nothing saved")
         if self.signal_received is None:
@@ -60,18 +66,18 @@ class PreemptionWatcher:
             )
         self.signal_received = signum
 
-    def __enter__(self):
+    def __enter__(self) -> PreemptionWatcher:
         if threading.current_thread() is threading.main_thread():
             for sig in self.SIGNALS:
                 self._previous[sig] = signal.signal(sig, self._handler)
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: object) -> None:
         for sig, handler in self._previous.items():
             signal.signal(sig, handler)
         self._previous.clear()
 
-    def _all_reduce_sum(self, flag):
+    def _all_reduce_sum(self, flag: tf.Tensor) -> tf.Tensor:
         value = self.strategy.run(lambda: tf.identity(flag))
         return self.strategy.reduce("SUM", value, axis=None)
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
+from collections.abc import Sequence
 
 import keras
 
@@ -34,7 +35,7 @@ from tfaccel.train.loop.stream import Stream
 from tfaccel.train.loop.validation import Validation
 from tfaccel.train.setup import arguments
 from tfaccel.train.state.policies import Checkpointing, FaultPolicy
-from tfaccel.train.step.runner_interface import LoopResult
+from tfaccel.train.step.runner_interface import Batches, LoopResult, RunnerInterface
 
 
 @dataclasses.dataclass
@@ -55,7 +56,7 @@ class Schedule:
     sizer: LoopSizer | None = None
     verbose: int | str = 1
 
-    def __post_init__(self):
+    def __post_init__(self) -> None:
         arguments.check_initial_epoch(self.initial_epoch)  # in the order fit checked them
         arguments.check_steps("validation_steps", self.validation_steps)
         for name, least in (("epochs", 0), ("steps_per_epoch", 1)):
@@ -82,13 +83,13 @@ class FitLoop:
 
     def __init__(
         self,
-        runner,
+        runner: RunnerInterface,
         train: Feed,
         schedule: Schedule,
-        callbacks=(),
+        callbacks: Sequence[keras.callbacks.Callback] = (),
         checkpointing: Checkpointing | None = None,
         faults: FaultPolicy | None = None,
-    ):
+    ) -> None:
         checkpointing = checkpointing or Checkpointing(None)
         faults = faults or FaultPolicy()
         self.runner = runner
@@ -138,7 +139,7 @@ class FitLoop:
         """Releases the checkpoint directory; `fit` calls it however it ends."""
         self.checkpoints.close()
 
-    def _iterator(self, resumed_steps: int = 0):
+    def _iterator(self, resumed_steps: int = 0) -> Batches:
         """A new iterator over the training input, positioned after `resumed_steps` steps;
         a stream's joins the checkpoint when it can (else a resumed run skips what was done)."""
         checkpoints = self.checkpoints

@@ -10,9 +10,14 @@ with `preempted` set (`fit(exit_on_preemption=False)`).
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from tfaccel.train.loop import faults
 from tfaccel.train.loop.faults import PreemptionWatcher
 from tfaccel.train.step.runner_interface import LoopResult
+
+if TYPE_CHECKING:
+    import tensorflow as tf
 
 
 class Preemption:
@@ -29,7 +34,7 @@ class Preemption:
             `on_train_end`).
     """
 
-    def __init__(self, strategy, exit_process: bool):
+    def __init__(self, strategy: tf.distribute.Strategy, exit_process: bool) -> None:
         self.strategy = strategy
         self.exit_process = exit_process
         self.watcher: PreemptionWatcher | None = None

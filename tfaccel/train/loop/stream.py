@@ -24,6 +24,8 @@ from tfaccel.train.step import accumulation
 
 if TYPE_CHECKING:
     from tfaccel.data import Feed
+    from tfaccel.train.loop.notes import Notes
+    from tfaccel.train.step.runner_interface import Batches
 
 
 class Stream:
@@ -56,7 +58,9 @@ class Stream:
         stream, read by a plain `tf.data` iterator (a strategy that distributes nothing)."""
         return self.stream and self.feed.iterator_saveable()
 
-    def iterator(self, resumed_steps: int = 0, *, positions: bool = False, notes=None):
+    def iterator(
+        self, resumed_steps: int = 0, *, positions: bool = False, notes: Notes | None = None
+    ) -> Batches:
         """A new iterator, positioned after `resumed_steps` applied steps.
 
         Args:

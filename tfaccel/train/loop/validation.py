@@ -6,7 +6,7 @@ EMA's weight swap), and its logs join the epoch's as `val_<name>`.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from tfaccel.data import iterators
 
@@ -14,6 +14,7 @@ if TYPE_CHECKING:
     import keras
 
     from tfaccel.data import Feed
+    from tfaccel.train.step.runner_interface import RunnerInterface
 
 
 class Validation:
@@ -28,7 +29,9 @@ class Validation:
         self.steps = steps
         self.dataset = None if feed is None else feed.distribute()
 
-    def logs(self, runner, callbacks: keras.callbacks.CallbackList) -> dict:
+    def logs(
+        self, runner: RunnerInterface, callbacks: keras.callbacks.CallbackList
+    ) -> dict[str, Any]:
         """Evaluates with `runner` (a fresh pass over the data); returns the `val_*` logs
         ({} without validation data)."""
         if self.dataset is None:
