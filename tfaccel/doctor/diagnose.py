@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import statistics
 import time
+from typing import TYPE_CHECKING, Any
 
 import keras
+import tensorflow as tf
 
 from tfaccel.callbacks import peak
 from tfaccel.choices import policy as dtype_policies
@@ -29,6 +31,10 @@ from tfaccel.train.setup import inputs
 from tfaccel.train.step.losses import PerExampleLoss
 from tfaccel.train.step.runner import Runner
 
+if TYPE_CHECKING:
+    from tfaccel.train.step.runner_interface import RunnerInterface
+    from tfaccel.train.trainer import Trainer
+
 DEFAULT_BUDGET_S = 60.0  # or EPOCH_SHARE of an epoch, whichever is larger
 """Seconds `diagnose` measures for by default (or `EPOCH_SHARE` of an epoch, if larger)."""
 EPOCH_SHARE = 0.05
@@ -38,8 +44,8 @@ MB = 1024.0 * 1024.0
 
 
 def diagnose(
-    target,
-    train_data,
+    target: Trainer | keras.Model,
+    train_data: Any,
     *,
     budget_s: float | None = None,
     rounds: int = ROUNDS,
@@ -110,6 +116,7 @@ def diagnose(
     job = _Job(target)
     feed = job.prepare(train_data)
     batch = feed.global_batch
+    assert batch is not None  # prepare refuses data whose global batch it cannot read
     runner = job.runner
     state = Snapshot(runner.strategy, runner.state_variables())
     try:
@@ -136,8 +143,13 @@ def diagnose(
 class _Job:
     """The runner to drive and the job's settings, from a Trainer or a compiled model."""
 
-    def __init__(self, target):
+    def __init__(self, target: Trainer | keras.Model) -> None:
         from tfaccel.train.trainer import Trainer
+
+        self.trainer: Trainer | None
+        self.runner: RunnerInterface
+        self.setting: int | str  # the job's steps per loop: a number, or "auto"
+        self.chosen: int | None  # the loop size chosen, None while "auto" has not chosen
 
         if isinstance(target, Trainer):
             self.trainer = target
@@ -173,7 +185,7 @@ class _Job:
         self.setting = int(getattr(target, "steps_per_execution", 1) or 1)
         self.chosen = self.setting
 
-    def prepare(self, data) -> Feed:
+    def prepare(self, data: Any) -> Feed:
         """The data as one `Feed` (built once), checked as `fit` checks it; the step loops
         built for it."""
         if self.trainer is not None:
@@ -191,7 +203,9 @@ class _Job:
         return feed
 
 
-def _measure(job: _Job, feed: Feed, batch, began, budget_s, rounds):
+def _measure(
+    job: _Job, feed: Feed, batch: int, began: float, budget_s: float | None, rounds: int
+) -> tuple[rules.Measured, list[str], float]:
     p = warm_up(job, feed)
     runner, strategy, k = p.runner, p.strategy, p.runner.batches_per_step
     budget = budget_s or DEFAULT_BUDGET_S
@@ -251,8 +265,12 @@ def _measure(job: _Job, feed: Feed, batch, began, budget_s, rounds):
 
 
 def _measure_input_fixes(
-    strategy, sample, measured: rules.Measured, deadline: float, batch_s: float
-) -> list:
+    strategy: tf.distribute.Strategy,
+    sample: tf.data.Dataset,
+    measured: rules.Measured,
+    deadline: float,
+    batch_s: float,
+) -> list[str]:
     """Times the pipeline with each missing parallelism applied (`variants`) against the
     pipeline as it is, read the same way (no distribution layer): sets
     `measured.input_speedups`; returns what could not be measured in time."""
@@ -271,12 +289,12 @@ def _measure_input_fixes(
     skipped = [
         f"the {key.replace('_', ' ')} fix (not rewritable)" for key, v in made.items() if v is None
     ]
-    made = {key: v for key, v in made.items() if v is not None}
+    rewritten = {key: v for key, v in made.items() if v is not None}
     if seconds < max(MIN_WINDOW_S, 2 * batch_s):  # each read: a first batch and windows
-        return skipped + [f"the {key.replace('_', ' ')} fix (no time left)" for key in made]
+        return skipped + [f"the {key.replace('_', ' ')} fix (no time left)" for key in rewritten]
     base = median_or(measure.read_windows(adopt(iter(sample.repeat())), seconds, 2)[1], None)
     speedups = {}
-    for key, dataset in made.items():
+    for key, dataset in rewritten.items():
         after = measure.read_windows(adopt(iter(dataset.repeat())), seconds, 2)[1]
         if base and after:
             speedups[key] = base / statistics.median(after)
@@ -334,7 +352,7 @@ def _epoch_steps(feed: Feed, accumulate: int) -> int | None:
     return cardinality // accumulate if cardinality > 0 else None
 
 
-def _notes(m: rules.Measured, strategy, job: _Job) -> list[str]:
+def _notes(m: rules.Measured, strategy: tf.distribute.Strategy, job: _Job) -> list[str]:
     notes = []
     if m.device == "CPU":
         notes.append(

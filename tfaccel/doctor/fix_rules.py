@@ -81,7 +81,9 @@ def input_fixes(m: Measured) -> list[Fix]:
     return out + service_fixes(m)
 
 
-def _input_fix(m: Measured, action: str, measured, what: str, t_in: float, model: int) -> Fix:
+def _input_fix(
+    m: Measured, action: str, measured: float | None, what: str, t_in: float, model: int
+) -> Fix:
     """A fix that makes the input `measured` times faster (else `model` times, unmeasured)."""
     speedup = measured if measured is not None else float(max(model, 1))
     how = (

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable
+from typing import Any
 
+import keras
 import psutil
 import tensorflow as tf
 
@@ -12,7 +15,8 @@ from tfaccel import devices
 MB = 1024.0 * 1024.0
 
 
-def gpus(strategy) -> list[str]:
+def gpus(strategy: tf.distribute.Strategy) -> list[str]:
+    """The GPUs the strategy's worker runs on, as "GPU:i" (empty on a CPU)."""
     try:
         names = list(strategy.extended.worker_devices)
     except (RuntimeError, AttributeError):
@@ -41,7 +45,8 @@ def cores() -> int:
         return os.cpu_count() or 1
 
 
-def variable_mb(*groups) -> float:
+def variable_mb(*groups: Iterable[Any]) -> float:
+    """Megabytes the variables of `groups` hold."""
     total = 0
     for group in groups:
         for v in group:
@@ -49,7 +54,10 @@ def variable_mb(*groups) -> float:
     return total / MB
 
 
-def memory(gpus: list[str], model, optimizer) -> dict:
+def memory(
+    gpus: list[str], model: keras.Model, optimizer: keras.optimizers.Optimizer
+) -> dict[str, Any]:
+    """The peak memory (a GPU's allocator, or the host's RSS) against its capacity."""
     fixed = variable_mb(model.variables, optimizer.variables)
     if gpus:
         peaks = [tf.config.experimental.get_memory_info(g)["peak"] / MB for g in gpus]

@@ -12,25 +12,30 @@ order (collectives must match): sizes chosen from timings go through `agree` fir
 from __future__ import annotations
 
 import time
+from typing import TYPE_CHECKING, Any
 
+import keras
 import tensorflow as tf
 
 from tfaccel.choices.agreement import agree, is_multi_worker  # noqa: F401 - this module's API
 from tfaccel.choices.passes import GradientLoops  # noqa: F401 - this module's API
+
+if TYPE_CHECKING:
+    from tfaccel.train.step.runner_interface import Batches, LoopResult, RunnerInterface
 
 
 class CoresBusy:
     """Cores this process kept busy (its CPU seconds ÷ wall seconds) over the spans timed
     with it: `with meter: ...`, any number of times; `cores` is None before any."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.cpu_s = self.wall_s = 0.0
 
-    def __enter__(self):
+    def __enter__(self) -> CoresBusy:
         self._cpu, self._wall = time.process_time(), time.perf_counter()
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: object) -> None:
         self.cpu_s += time.process_time() - self._cpu
         self.wall_s += time.perf_counter() - self._wall
 
@@ -39,9 +44,12 @@ class CoresBusy:
         return self.cpu_s / self.wall_s if self.wall_s > 0 else None
 
 
-def train_calls(runner, iterator, steps: int, calls: int) -> tuple[list[float], list]:
+def train_calls(
+    runner: RunnerInterface, iterator: Batches, steps: int, calls: int
+) -> tuple[list[float], list[LoopResult]]:
     """`calls` back-to-back `runner.train(iterator, steps)`; (wall seconds, LoopResults)."""
-    times, results = [], []
+    times: list[float] = []
+    results: list[LoopResult] = []
     for _ in range(calls):
         start = time.perf_counter()
         results.append(runner.train(iterator, steps))
@@ -69,7 +77,9 @@ def _drain_for(iterator, seconds, most):
     return done, elapsed
 
 
-def read_windows(iterator, seconds: float, windows: int, most: int = 10_000_000):
+def read_windows(
+    iterator: Any, seconds: float, windows: int, most: int = 10_000_000
+) -> tuple[float, list[float]]:
     """Reads `iterator` back to back for `windows` windows of `seconds` each; the first
     batch is timed alone first (a fresh iterator's start-up: opening files, filling
     buffers). Returns (start-up seconds, [seconds per batch of each window]).
@@ -78,7 +88,7 @@ def read_windows(iterator, seconds: float, windows: int, most: int = 10_000_000)
     ends at the first batch that finishes after its time, so one slow batch can
     overrun it by at most itself."""
     done, first = _drain_for(iterator, tf.constant(1e9, tf.float64), tf.constant(1, tf.int64))
-    per_batch = []
+    per_batch: list[float] = []
     for _ in range(windows):
         count, took = _drain_for(
             iterator, tf.constant(seconds, tf.float64), tf.constant(most, tf.int64)
@@ -88,13 +98,16 @@ def read_windows(iterator, seconds: float, windows: int, most: int = 10_000_000)
     return float(first), per_batch
 
 
-def train_windows(runner, iterator, steps: int, seconds: float, windows: int):
+def train_windows(
+    runner: RunnerInterface, iterator: Batches, steps: int, seconds: float, windows: int
+) -> list[tuple[float, float | None]]:
     """The real step, back to back, in `windows` windows of about `seconds` each (calls
     of `steps` steps until a window's time has passed). Returns one
     `(seconds per step, input wait per step or None)` per window."""
-    out = []
+    out: list[tuple[float, float | None]] = []
     for _ in range(windows):
-        took, ran, waited, start = 0.0, 0, 0.0, time.perf_counter()
+        took, ran, start = 0.0, 0, time.perf_counter()
+        waited: float | None = 0.0  # None once a call did not time its wait
         while took < seconds:
             result = runner.train(iterator, steps)
             took = time.perf_counter() - start
@@ -108,7 +121,7 @@ def train_windows(runner, iterator, steps: int, seconds: float, windows: int):
     return out
 
 
-def gradient_bytes(model) -> int:
+def gradient_bytes(model: keras.Model) -> int:
     """Bytes of one gradient of every trainable variable (what the all-reduce moves)."""
     total = 0
     for variable in model.trainable_variables:

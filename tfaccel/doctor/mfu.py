@@ -10,10 +10,14 @@ sync (a CPU's logical devices share its cores: one peak). The figure Lightning's
 from __future__ import annotations
 
 import dataclasses
+from typing import TYPE_CHECKING, Any
 
 import keras
 
 from tfaccel.callbacks import peak
+
+if TYPE_CHECKING:
+    from tfaccel.doctor.verdict import Measured
 
 
 @dataclasses.dataclass(frozen=True)
@@ -65,7 +69,7 @@ def utilisation(
     )
 
 
-def measure(model, x_spec, measured) -> Utilisation | None:
+def measure(model: keras.Model, x_spec: Any, measured: Measured) -> Utilisation | None:
     """The MFU of the doctor's real step (`measured`: a `verdict.Measured`).
 
     Reuses the FLOPs and the matmul peak the doctor measured when it has them in the

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import dataclasses
 import statistics
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 import tensorflow as tf
 
@@ -15,6 +17,11 @@ from tfaccel.data.assembly.feed import Feed
 from tfaccel.data.iterators import adopt
 from tfaccel.doctor import machine, measure
 
+if TYPE_CHECKING:
+    from tfaccel.train.step.runner_interface import RunnerInterface
+
+T = TypeVar("T")
+
 MIN_WINDOW_S, MAX_WINDOW_S = 0.05, 1.0  # each timed measurement, per round
 
 # Shares of the time left after the warm-up: compute alone (in rounds), the real step
@@ -23,32 +30,44 @@ SHARES = {"compute": 0.3, "real": 0.3, "input": 0.2, "fixes": 0.2}
 WINDOWS = 4  # back-to-back windows of the real step and of the input alone
 
 
+class Job(Protocol):
+    """What the phases read of `diagnose`'s job: the runner and the loop size it chose."""
+
+    @property
+    def runner(self) -> RunnerInterface: ...
+
+    @property
+    def chosen(self) -> int | None: ...
+
+
 @dataclasses.dataclass
 class Probe:
     """What the measurement's steps share: the job, its iterators and the warm-up's times."""
 
-    job: object  # diagnose._Job: the runner, its loop size setting, the Trainer if any
+    job: Job  # diagnose._Job: the runner, its loop size setting, the Trainer if any
     feed: Feed
-    gpus: list
-    real: object  # the real pipeline's endless distributed iterator
-    cached: object  # one cached batch, endless: compute alone
+    gpus: list[str]
+    real: Any  # the real pipeline's endless distributed iterator
+    cached: Any  # one cached batch, endless: compute alone
     t1: float  # one step on the cached batch
     real1: float  # the first real step (pays the pipeline's start-up)
     real_next: float  # a real step's own cost
     second_wait: float | None  # the second real step's wait for input
     left: float = 0.0  # seconds of the budget left after the warm-up
-    unmeasured: list = dataclasses.field(default_factory=list)
+    unmeasured: list[str] = dataclasses.field(default_factory=list)
 
     @property
-    def runner(self):
+    def runner(self) -> RunnerInterface:
+        """The job's runner (the Trainer's step loops, or one made for a compiled model)."""
         return self.job.runner
 
     @property
-    def strategy(self):
+    def strategy(self) -> tf.distribute.Strategy:
+        """The strategy the runner's data is distributed with."""
         return self.job.runner.strategy
 
 
-def warm_up(job, feed: Feed) -> Probe:
+def warm_up(job: Job, feed: Feed) -> Probe:
     """Traces on the cached batch (the real iterator shares the trace), then starts the
     real pipeline with two timed real steps: the first pays its start-up (a shuffle buffer
     to fill, files to open), which an epoch pays once; the second is a step's own cost."""
@@ -74,8 +93,8 @@ class Compute:
     overhead_s: float
     long_n: int
     all_reduce_s: float | None
-    matmul: object  # peak.MatmulPeak on a CPU, else None
-    busy: object  # measure.CoresBusy of the long calls
+    matmul: peak.MatmulPeak | None  # on a CPU, else None
+    busy: measure.CoresBusy  # of the long calls
 
 
 def compute_alone(p: Probe, rounds: int) -> Compute:
@@ -112,7 +131,9 @@ def compute_alone(p: Probe, rounds: int) -> Compute:
     return Compute(step_s, overhead_s, long_n, all_reduce, matmul, busy)
 
 
-def real_step(p: Probe, c: Compute) -> tuple[float, list, list, int]:
+def real_step(
+    p: Probe, c: Compute
+) -> tuple[float, list[tuple[float, float | None]], list[float], int]:
     """The real step, back to back (the first window drains what the buffers held), at
     the job's steps per call, fewer where a call would overrun a window; as many windows
     as its share of the budget holds (at least one). Returns (the real step's seconds at
@@ -135,7 +156,9 @@ def real_step(p: Probe, c: Compute) -> tuple[float, list, list, int]:
     return real_s, steady, waits, n
 
 
-def input_alone(p: Probe, steady: list):
+def input_alone(
+    p: Probe, steady: list[tuple[float, float | None]]
+) -> tuple[float | None, list[float], float | None, measure.CoresBusy]:
     """The input alone: a fresh iterator (it pays what an epoch pays to start), read back
     to back through the same distribution layer as the step — where a batch fits in its
     share of the budget (a real step's time bounds a batch's); then the plain dataset
@@ -146,7 +169,9 @@ def input_alone(p: Probe, steady: list):
     after_startup = share - max(p.real1 - p.real_next, 0.0)
     count = min(max(int(after_startup / max(p.real_next, 1e-6)) - 1, 0), WINDOWS)
     count = int(measure.agree(strategy, count))
-    startup_s, reads_s, sub_in, busy = None, [], MIN_WINDOW_S, measure.CoresBusy()
+    startup_s: float | None = None
+    reads_s: list[float] = []
+    sub_in, busy = MIN_WINDOW_S, measure.CoresBusy()
     if count:
         sub_in = measure.agree(strategy, max(share / (count + 1), MIN_WINDOW_S))
         reads = adopt(iter(p.feed.repeated().distribute(endless=True)))
@@ -173,5 +198,6 @@ def _fit(ones: list[float], longs: list[float], n: int) -> tuple[float, float]:
     return step, max(t1 - step, 0.0)
 
 
-def median_or(values, default):
+def median_or(values: Sequence[float], default: T) -> float | T:
+    """The median of `values`, or `default` when there is none."""
     return statistics.median(values) if values else default

@@ -4,9 +4,13 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from typing import TYPE_CHECKING, Any
 
 from tfaccel.doctor import fix_rules
 from tfaccel.doctor import verdict as rules
+
+if TYPE_CHECKING:
+    from tfaccel.doctor.mfu import Utilisation
 
 _WORDS = {
     "input": "input-bound: the input pipeline cannot keep up with the step",
@@ -34,11 +38,11 @@ class Report:
 
     verdict: str
     measured: rules.Measured
-    fixes: list
-    notes: list
+    fixes: list[rules.Fix]
+    notes: list[str]
     cost_s: float
     budget_s: float
-    mfu: object = None
+    mfu: Utilisation | None = None
 
     @property
     def no_software_fix(self) -> bool:
@@ -63,7 +67,7 @@ class Report:
         out["input"] = min(p["input"] / m.real_s, 1.0)
         return out
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         """The report as a JSON-ready dict: verdict, measured parts, fixes and notes."""
         m = self.measured
         return {
@@ -179,12 +183,13 @@ class Report:
     def _precision_line(self) -> str:
         m = self.measured
         fraction = rules.compute_fraction_of_peak(m)
-        peak = (
-            f"the step computes at {fraction:.0%} of this machine's {m.matmul_peak_policy} "
-            f"matmul peak ({m.matmul_peak / 1e9:.0f} GFLOP/s). "
-            if fraction is not None
-            else ""
-        )
+        peak = ""
+        if fraction is not None:
+            assert m.matmul_peak is not None  # the fraction is read only against a peak
+            peak = (
+                f"the step computes at {fraction:.0%} of this machine's {m.matmul_peak_policy} "
+                f"matmul peak ({m.matmul_peak / 1e9:.0f} GFLOP/s). "
+            )
         if m.precision_rates is None:
             return (
                 f"Precision: {peak}{m.dtype_policy}, the only candidate here "

@@ -26,6 +26,8 @@ import os
 import pathlib
 import runpy
 import sys
+from collections.abc import Iterator
+from typing import Any, NoReturn
 
 NOT_REACHED = 3  # the script ended before any fit
 REFUSED = 2  # its fit cannot be diagnosed
@@ -52,7 +54,7 @@ def declares_doctor(path: str | os.PathLike) -> bool:
     return False
 
 
-def _end(status: int, message: str) -> None:
+def _end(status: int, message: str) -> NoReturn:
     """Ends the process at the intercepted `fit`, whatever the script would catch."""
     print(message, file=sys.stderr if status else sys.stdout)
     sys.stdout.flush()
@@ -117,7 +119,7 @@ def _watch_children() -> None:
 
     start = BaseProcess.start
 
-    def watched(process):
+    def watched(process: BaseProcess) -> None:
         started = start(process)  # the start method is set by now
         if os.getpid() != parent:  # a forked child's own children
             return started
@@ -130,7 +132,7 @@ def _watch_children() -> None:
         return started
 
     parent = os.getpid()
-    BaseProcess.start = watched
+    BaseProcess.start = watched  # type: ignore[method-assign, assignment]
 
 
 def _install(budget_s: float | None, out: str | None, script: str) -> None:
@@ -138,7 +140,14 @@ def _install(budget_s: float | None, out: str | None, script: str) -> None:
 
     from tfaccel.train.trainer import Trainer
 
-    def model_fit(model, x=None, y=None, batch_size=None, *args, **kwargs):
+    def model_fit(
+        model: keras.Model,
+        x: Any = None,
+        y: Any = None,
+        batch_size: int | None = None,
+        *args: Any,
+        **kwargs: Any,
+    ) -> None:
         where = f"{type(model).__name__}.fit"
         if isinstance(x, keras.utils.PyDataset):
             data = _py_dataset(x, kwargs.get("shuffle", True), script)
@@ -146,24 +155,31 @@ def _install(budget_s: float | None, out: str | None, script: str) -> None:
             data = _training_data(x, y, batch_size or 32, "model.fit", script)
         _diagnose(model, data, budget_s, out, where, script)
 
-    def trainer_fit(trainer, x=None, y=None, *args, batch_size=None, **kwargs):
+    def trainer_fit(
+        trainer: Trainer,
+        x: Any = None,
+        y: Any = None,
+        *args: Any,
+        batch_size: int | None = None,
+        **kwargs: Any,
+    ) -> None:
         data = x
         if y is not None or not _is_dataset_like(x):
             data = _training_data(x, y, batch_size or 32, "Trainer.fit", script)
         _diagnose(trainer, data, budget_s, out, "Trainer.fit", script)
 
     keras.Model.fit = model_fit
-    Trainer.fit = trainer_fit
+    Trainer.fit = trainer_fit  # type: ignore[method-assign, assignment]
     _watch_children()
 
 
-def _is_dataset_like(x) -> bool:
+def _is_dataset_like(x: Any) -> bool:
     import tensorflow as tf
 
     return isinstance(x, tf.data.Dataset) or callable(x)
 
 
-def _training_data(x, y, batch_size: int, where: str, script: str):
+def _training_data(x: Any, y: Any, batch_size: int, where: str, script: str) -> Any:
     """The batched dataset `fit` would read: a dataset as it is; arrays sliced, shuffled
     and batched as `model.fit` batches them (prefetched)."""
     import tensorflow as tf
@@ -193,13 +209,13 @@ def _training_data(x, y, batch_size: int, where: str, script: str):
     return dataset.batch(batch_size).prefetch(tf.data.AUTOTUNE)
 
 
-def _is_py_dataset(x) -> bool:
+def _is_py_dataset(x: Any) -> bool:
     import keras
 
     return isinstance(x, keras.utils.PyDataset)
 
 
-def _py_dataset(data, shuffle, script: str):
+def _py_dataset(data: Any, shuffle: bool, script: str) -> Any:
     """A `PyDataset` as `model.fit` reads it in this process (Keras's adapter without
     workers: a generator over its batches, shuffled by batch, prefetched), its full
     batches only (the doctor needs one static batch size)."""
@@ -221,7 +237,7 @@ def _py_dataset(data, shuffle, script: str):
         )
     count = data.num_batches
 
-    def batch(i):
+    def batch(i: int) -> Any:
         item = data[i]
         return tuple(item) if isinstance(item, (list, tuple)) else item
 
@@ -229,7 +245,7 @@ def _py_dataset(data, shuffle, script: str):
     size = len(tf.nest.flatten(first)[0])
     spec = _spec(first, batch(1) if count is None or count > 1 else first, size)
 
-    def full_batches():
+    def full_batches() -> Iterator[Any]:
         order = list(range(count)) if count is not None else None
         if order is not None and shuffle:
             random.shuffle(order)
@@ -247,13 +263,13 @@ def _py_dataset(data, shuffle, script: str):
     return dataset.prefetch(tf.data.AUTOTUNE)
 
 
-def _spec(first, second, size: int):
+def _spec(first: Any, second: Any, size: int) -> Any:
     """The element spec of a PyDataset's batches: `size` examples; a dimension that
     differs between its first two batches is None (as Keras's adapter does)."""
     import numpy as np
     import tensorflow as tf
 
-    def leaf(a, b):
+    def leaf(a: Any, b: Any) -> Any:
         a, b = np.asarray(a), np.asarray(b)
         dims = [d if d == e else None for d, e in zip(a.shape[1:], b.shape[1:], strict=False)]
         return tf.TensorSpec([size, *dims], tf.as_dtype(a.dtype))
@@ -261,7 +277,9 @@ def _spec(first, second, size: int):
     return tf.nest.map_structure(leaf, first, second)
 
 
-def _diagnose(target, data, budget_s, out, where: str, script: str) -> None:
+def _diagnose(
+    target: Any, data: Any, budget_s: float | None, out: str | None, where: str, script: str
+) -> NoReturn:
     from tfaccel import doctor
 
     print(f"tfaccel doctor: intercepted {where}; diagnosing (no training; weights restored after)")

@@ -77,7 +77,9 @@ def workers_needed(m: Measured) -> int:
     return int(min(max(math.ceil(trainer / worker - 1e-9), 1), MAX_WORKERS))
 
 
-def _offload_fix(m: Measured, rate: float, action: str, where: str, condition=None) -> Fix:
+def _offload_fix(
+    m: Measured, rate: float, action: str, where: str, condition: str | None = None
+) -> Fix:
     worker, trainer = rates(m)
     gain = _input_gain(m, t_in=m.batch / rate, prefetch=True)
     busy = "" if m.input_cores is None else f", {m.input_cores:.1f} core(s) busy"

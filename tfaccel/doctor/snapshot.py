@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+from typing import Any
+
 import tensorflow as tf
 
 
-def _tf_variable(variable):
+def _tf_variable(variable: Any) -> Any:
     """The TensorFlow variable behind a Keras variable (itself for a tf.Variable)."""
     value = getattr(variable, "value", None)
     return value if isinstance(value, tf.Variable) else variable
@@ -23,10 +26,10 @@ class Snapshot:
         variables: Keras or TensorFlow variables (duplicates are saved once).
     """
 
-    def __init__(self, strategy: tf.distribute.Strategy, variables):
+    def __init__(self, strategy: tf.distribute.Strategy, variables: Iterable[Any]) -> None:
         self.strategy = strategy
-        self._saved = []
-        seen = set()
+        self._saved: list[list[tuple[Any, Any]]] = []
+        seen: set[int] = set()
         for variable in variables:
             tf_var = _tf_variable(variable)
             if id(tf_var) in seen:

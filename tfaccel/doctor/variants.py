@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import numpy as np
 import tensorflow as tf
-from tensorflow.core.framework import graph_pb2
+from tensorflow.core.framework import graph_pb2, node_def_pb2
 from tensorflow.python.data.ops import dataset_ops
 from tensorflow.python.framework import tensor_util
 
@@ -101,11 +101,11 @@ def _const(graph: graph_pb2.GraphDef, name: str, value: int) -> str:
     return name
 
 
-def _producer(graph: graph_pb2.GraphDef, name: str):
+def _producer(graph: graph_pb2.GraphDef, name: str) -> node_def_pb2.NodeDef:
     return next(n for n in graph.node if n.name == name.split(":")[0])
 
 
-def _makes_generator(graph: graph_pb2.GraphDef, node) -> bool:
+def _makes_generator(graph: graph_pb2.GraphDef, node: node_def_pb2.NodeDef) -> bool:
     name = node.attr["f"].func.name
     function = next((f for f in graph.library.function if f.signature.name == name), None)
     return function is not None and any(n.op == "GeneratorDataset" for n in function.node_def)

@@ -93,7 +93,7 @@ class Measured:
         others = {p: r for p, r in rates.items() if p != self.dtype_policy}
         if self.dtype_policy not in rates or not others:
             return None
-        best = max(others, key=others.get)
+        best = max(others, key=lambda p: others[p])
         return best, others[best] / rates[self.dtype_policy]
 
 
@@ -179,6 +179,7 @@ def effective_input_s(m: Measured) -> float:
     reading missed what the real step pays (see `disagreement`)."""
     if not input_limited(m):
         return m.input_s
+    assert m.real_wait_s is not None  # input_limited(m) holds only on a timed wait
     seen = m.real_wait_s + (cached_step_s(m) if prefetched(m) else 0.0)
     return max(seen, m.input_s)
 
