@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import warnings
+from collections.abc import Iterator
 
 import keras
 
@@ -88,7 +89,7 @@ def apply(policy: str = "auto") -> keras.DTypePolicy:
 
 
 @contextlib.contextmanager
-def scope(policy: str = "auto"):
+def scope(policy: str = "auto") -> Iterator[keras.DTypePolicy]:
     """Applies `policy` inside a `with` block and restores the previous policy after."""
     with global_policy(resolve(policy)) as applied:
         yield applied
@@ -102,7 +103,10 @@ def needs_loss_scaling(policy: str | keras.DTypePolicy | None = None) -> bool:
     return "float16" in name and "bfloat16" not in name
 
 
-def wrap_optimizer(optimizer: keras.optimizers.Optimizer, policy=None):
+def wrap_optimizer(
+    optimizer: keras.optimizers.Optimizer | str,
+    policy: str | keras.DTypePolicy | None = None,
+) -> keras.optimizers.Optimizer:
     """Returns a `LossScaleOptimizer` around `optimizer` when the policy needs it.
 
     Args:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import random
 from collections.abc import Callable, Iterator
+from typing import Any
 
 import keras
 import numpy as np
@@ -32,7 +33,7 @@ def global_policy(policy: str) -> Iterator[keras.DTypePolicy]:
         keras.config.set_dtype_policy(previous)
 
 
-def build_symbolically(model: keras.Model, x_spec) -> None:
+def build_symbolically(model: keras.Model, x_spec: Any) -> None:
     """Creates every variable before the optimizer is built, as `model.fit` does.
 
     Calling the model on symbolic inputs builds what `model.build(shape)` cannot: the
@@ -56,7 +57,10 @@ def build_symbolically(model: keras.Model, x_spec) -> None:
 
 
 def under(
-    model: keras.Model, policy: str, builder: Callable | None = None, strategy=None
+    model: keras.Model,
+    policy: str,
+    builder: Callable | None = None,
+    strategy: tf.distribute.Strategy | None = None,
 ) -> keras.Model:
     """A copy of `model` computing under `policy`, with its weights: made in `strategy`'s
     scope with the global random states kept (None: the caller's scope and states).

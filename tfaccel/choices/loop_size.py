@@ -30,6 +30,8 @@ from __future__ import annotations
 
 import math
 import statistics
+from collections.abc import Iterable
+from typing import Any
 
 import keras
 
@@ -44,7 +46,7 @@ PROBE_MIN, PROBE_MAX = 2, 256
 BATCH_HOOKS = ("on_train_batch_begin", "on_train_batch_end", "on_batch_begin", "on_batch_end")
 
 
-def resolve_steps_per_loop(value):
+def resolve_steps_per_loop(value: object) -> int | str:
     """Returns `value`: "auto" or an integer >= 1.
 
     Raises:
@@ -60,7 +62,7 @@ def resolve_steps_per_loop(value):
     return value
 
 
-def _per_epoch_as_configured(callback) -> bool:
+def _per_epoch_as_configured(callback: keras.callbacks.Callback) -> bool:
     """A Keras callback with batch hooks that, as configured, acts only at epoch ends."""
     cbs = keras.callbacks
     if isinstance(callback, cbs.History | cbs.ProgbarLogger):
@@ -72,7 +74,7 @@ def _per_epoch_as_configured(callback) -> bool:
     return False
 
 
-def needs_batches(callback) -> bool:
+def needs_batches(callback: keras.callbacks.Callback) -> bool:
     """True when `callback` relies on one batch hook per step (see the module's note)."""
     if getattr(callback, "loop_batches_ok", False) or _per_epoch_as_configured(callback):
         return False
@@ -104,7 +106,8 @@ class LoopSizer:
     def __init__(self, steps_per_loop: int | str) -> None:
         self.setting = resolve_steps_per_loop(steps_per_loop)
         self.auto = self.setting == "auto"
-        self.chosen: int | None = None if self.auto else self.setting
+        # resolve_steps_per_loop gives "auto" or an int: not auto, the int is the choice
+        self.chosen: int | None = self.setting if isinstance(self.setting, int) else None
         self.overhead_s: float | None = None
         self.step_s: float | None = None
         self.jitter_s = 0.0  # of the one-step calls: the overhead's resolution
@@ -118,7 +121,9 @@ class LoopSizer:
     def measuring(self) -> bool:
         return self.chosen is None and self.capped is None
 
-    def honour_callbacks(self, callbacks) -> str | None:
+    def honour_callbacks(
+        self, callbacks: Iterable[keras.callbacks.Callback] | Any | None
+    ) -> str | None:
         """Caps this fit's loops at one step when a callback needs per-batch hooks.
 
         Call once per fit, before its first loop, with the user's callbacks (a list or

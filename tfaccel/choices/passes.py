@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import re
 import time
+from collections.abc import Callable
 from typing import Any
 
+import keras
 import tensorflow as tf
 
 from tfaccel.choices.agreement import agree
@@ -26,7 +28,11 @@ class GradientLoops:
     """
 
     def __init__(
-        self, model, loss, strategy: tf.distribute.Strategy, jit_compile: bool = False
+        self,
+        model: keras.Model,
+        loss: Callable[..., Any],
+        strategy: tf.distribute.Strategy,
+        jit_compile: bool = False,
     ) -> None:
         self.model, self.loss, self.strategy = model, loss, strategy
         # With jit_compile the replica's passes are one XLA cluster (`diagnose(deep=True)`).
@@ -55,7 +61,7 @@ class GradientLoops:
             total += tf.add_n(list(self.strategy.experimental_local_results(out)))
         return total
 
-    def loss_once(self, iterator) -> float:
+    def loss_once(self, iterator: Any) -> float:
         """The loss of the next batch in inference mode (no dropout), compiled as the passes."""
         if self._loss is None:
             replica = self._replica_loss
@@ -73,7 +79,8 @@ class GradientLoops:
         per_example = self.loss(y, self.model(x, training=False), sample_weight)
         return tf.cast(tf.nn.compute_average_loss(per_example), tf.float32)
 
-    def seconds(self, reduce: bool, iterator, steps: int, calls: int) -> list[float]:
+    def seconds(self, reduce: bool, iterator: Any, steps: int, calls: int) -> list[float]:
+        """`calls` timed calls of `steps` passes, with or without the all-reduce."""
         fn = self.with_all_reduce if reduce else self.without
         times = []
         for _ in range(calls):
@@ -83,7 +90,12 @@ class GradientLoops:
         return times
 
 
-def warm_up(loops: dict, cached, admit, strategy) -> tuple[dict, dict]:
+def warm_up(
+    loops: dict,
+    cached: Any,
+    admit: Callable[[dict], str | None] | None,
+    strategy: tf.distribute.Strategy,
+) -> tuple[dict, dict]:
     """Traces and times one step of each candidate's loops (`{(policy, jit): GradientLoops}`),
     the un-jitted first; then `admit(readings)` may say why the jitted ones are not worth
     compiling (`timing.time_steps`). Returns `({candidate: (first call s, step s)},

@@ -29,10 +29,14 @@ import functools
 import os
 import platform
 from collections.abc import Iterable
+from typing import TYPE_CHECKING
 
 from tfaccel import devices
 from tfaccel.choices.agreement import agree, is_multi_worker
 from tfaccel.choices.choice import Choice
+
+if TYPE_CHECKING:
+    import tensorflow as tf
 
 MIN_GAIN = 1.05  # another policy must be this much faster than float32 to be chosen
 """How much faster than float32 another policy must measure to be chosen by "auto"."""
@@ -171,7 +175,7 @@ def choose(
     return dataclasses.replace(decide(rates, "FLOP/s", what), source=source, cost_s=cost_s)
 
 
-def operations_choice(strategy=None) -> PolicyChoice:
+def operations_choice(strategy: tf.distribute.Strategy | None = None) -> PolicyChoice:
     """`choose()` (the operations' rates, once per machine); on a multi-worker job every
     rate is agreed first (the largest any worker read), so that every worker makes the same
     decisions from them."""

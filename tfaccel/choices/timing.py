@@ -29,7 +29,8 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
 
 from tfaccel.choices import passes, policy
 from tfaccel.choices.agreement import agree
@@ -37,6 +38,12 @@ from tfaccel.choices.copies import build_symbolically, random_states_kept, under
 from tfaccel.choices.passes import GradientLoops
 from tfaccel.choices.policy import PolicyChoice
 from tfaccel.data import iterators
+
+if TYPE_CHECKING:
+    import keras
+    import tensorflow as tf
+
+    from tfaccel.data.assembly.feed import Feed
 
 SHARE = 0.05  # the timed rounds' cost: at most this share of one epoch (with XLA, of the job)
 ROUNDS = 3
@@ -113,7 +120,14 @@ def admit(first: dict, steps: int, epoch_steps: int | None, spent_s: float) -> s
 
 
 def time_policies(
-    model, loss, strategy, feed, policies, *, builder=None, epoch_steps: int | None = None
+    model: keras.Model,
+    loss: Callable[..., Any],
+    strategy: tf.distribute.Strategy,
+    feed: Feed,
+    policies: Sequence[str],
+    *,
+    builder: Callable | None = None,
+    epoch_steps: int | None = None,
 ) -> dict:
     """Examples/s of the passes under each policy, and what the measurement cost.
 
@@ -132,13 +146,13 @@ def time_policies(
 
 
 def time_steps(
-    model,
-    loss,
-    strategy,
-    feed,
-    candidates,
+    model: keras.Model,
+    loss: Callable[..., Any],
+    strategy: tf.distribute.Strategy,
+    feed: Feed,
+    candidates: Sequence[tuple[str, bool]],
     *,
-    builder=None,
+    builder: Callable | None = None,
     epoch_steps: int | None = None,
     admit: Callable[[dict], str | None] | None = None,
 ) -> dict:

@@ -22,6 +22,8 @@ policy from those, so a bfloat16 + XLA step is a candidate (`decide`; `resolutio
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 import keras
 from tensorflow.python.framework import config as tf_config
@@ -30,6 +32,11 @@ from tfaccel.choices import policy as dtype_policies
 from tfaccel.choices import timing
 from tfaccel.choices.choice import Choice
 from tfaccel.choices.policy import PolicyChoice
+
+if TYPE_CHECKING:
+    import tensorflow as tf
+
+    from tfaccel.data.assembly.feed import Feed
 
 MIN_GAIN = dtype_policies.MIN_GAIN
 LOSS_TOLERANCE = {"32-bit": 1e-3, "16-bit": 2e-2}
@@ -59,7 +66,7 @@ class XlaChoice(Choice):
         return bool(self.value)
 
 
-def unsupported_jit_layers(model) -> list[str]:
+def unsupported_jit_layers(model: keras.Model) -> list[str]:
     """Names of the model (e.g. a `PipelineModel`) or its layers with `supports_jit = False`."""
     return [
         layer.name
@@ -68,7 +75,7 @@ def unsupported_jit_layers(model) -> list[str]:
     ]
 
 
-def not_compilable(model) -> str | None:
+def not_compilable(model: keras.Model) -> str | None:
     """Why XLA is not tried on `model` at all, known before anything runs (None: try it);
     whether the job is long enough is the probe's question (`timing.too_short_for_xla`)."""
     bad = unsupported_jit_layers(model)
@@ -118,7 +125,13 @@ def decide(measured: dict, policies: list[str], precision_open: bool) -> tuple:
     return chosen, XlaChoice(jit, f"{why}; measured on {what}", figures, cost_s=cost)
 
 
-def speedup(model, loss, strategy, feed, policy: str) -> tuple[float | None, str]:
+def speedup(
+    model: keras.Model,
+    loss: Callable[..., Any],
+    strategy: tf.distribute.Strategy,
+    feed: Feed,
+    policy: str,
+) -> tuple[float | None, str]:
     """XLA's speed on the model's passes under `policy`, timed as "auto" times it (copies
     of the model, one cached batch of `feed`, alternating rounds): `(with ÷ without XLA,
     "")`, or `(None, why)` when XLA cannot compile them. For the doctor and `tfaccel check`.
