@@ -62,7 +62,7 @@ def _definitions(tree: ast.Module, name: str | None) -> list[ast.AST]:
     """The module (None), or the top-level statements that define `name`."""
     if name is None:
         return [tree]
-    found = []
+    found: list[ast.AST] = []
     for statement in tree.body:
         if isinstance(statement, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
             if statement.name == name:
@@ -74,10 +74,13 @@ def _definitions(tree: ast.Module, name: str | None) -> list[ast.AST]:
     return found
 
 
-def _imports(tree: ast.Module, folder: pathlib.Path):
+def _imports(
+    tree: ast.Module, folder: pathlib.Path
+) -> tuple[dict[str, tuple[pathlib.Path, str | None]], list[pathlib.Path]]:
     """({alias: (file, name imported or None for the module)}, [files star-imported]) for
     the modules beside the file (`folder`) that its code imports."""
-    aliases, everything = {}, []
+    aliases: dict[str, tuple[pathlib.Path, str | None]] = {}
+    everything: list[pathlib.Path] = []
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             for alias in node.names:
@@ -91,8 +94,8 @@ def _imports(tree: ast.Module, folder: pathlib.Path):
                     everything.append(module)
                 elif module is not None:
                     aliases[alias.asname or alias.name] = (module, alias.name)
-                elif node.level and _local(folder, alias.name) is not None:  # from . import m
-                    aliases[alias.asname or alias.name] = (_local(folder, alias.name), None)
+                elif node.level and (local := _local(folder, alias.name)) is not None:
+                    aliases[alias.asname or alias.name] = (local, None)  # from . import m
     return aliases, everything
 
 

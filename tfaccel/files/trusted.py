@@ -59,7 +59,7 @@ def read_trusted(
         return handle.read()
 
 
-def _judge(facts: os.stat_result, mode: int | None, owners: tuple[int, ...], whose: str):
+def _judge(facts: os.stat_result, mode: int | None, owners: tuple[int, ...], whose: str) -> None:
     bits = stat.S_IMODE(facts.st_mode)
     if not stat.S_ISREG(facts.st_mode):
         raise Untrusted(f"not a regular file ({_kind(facts.st_mode)})")
