@@ -5,6 +5,14 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import pathlib
+
+    # what add_subparsers returns: each _add_* function adds its command to it
+    Subcommands = argparse._SubParsersAction[argparse.ArgumentParser]
 
 
 def _devices(args: argparse.Namespace) -> int:
@@ -109,7 +117,13 @@ def _launch(args: argparse.Namespace) -> int:
     )
 
 
-def _run_recipe(command: str, flag: str, missing: str, args, extra=()) -> int:
+def _run_recipe(
+    command: str,
+    flag: str,
+    missing: str,
+    args: argparse.Namespace,
+    extra: Sequence[str] = (),
+) -> int:
     """Runs `python RECIPE --flag [extra] [recipe args]` for the `tfaccel <command>` commands.
 
     Returns 2 (with the reason on stderr) when the file is missing, is not a `.py` script
@@ -142,7 +156,7 @@ def _run_recipe(command: str, flag: str, missing: str, args, extra=()) -> int:
     return subprocess.call([sys.executable, str(recipe), flag, *extra, *recipe_args])
 
 
-def _no_flag(recipe, flag: str) -> str:
+def _no_flag(recipe: pathlib.Path, flag: str) -> str:
     """Why `recipe` was not run with `flag`, and the command that fits it if one does."""
     from tfaccel.files.script_flags import declares_flag
 
@@ -251,7 +265,7 @@ def _data_service(args: argparse.Namespace) -> int:
     return 0
 
 
-def _add_data_service(commands) -> None:
+def _add_data_service(commands: Subcommands) -> None:
     service = commands.add_parser(
         "data-service",
         help="run a tf.data service dispatcher or worker (preprocessing on other processes)",
@@ -300,7 +314,7 @@ def _add_data_service(commands) -> None:
     service.set_defaults(handler=_data_service)
 
 
-def _add_launch(commands) -> None:
+def _add_launch(commands: Subcommands) -> None:
     launch = commands.add_parser(
         "launch",
         help="run a multi-worker job as N local processes",
@@ -359,13 +373,13 @@ def _add_launch(commands) -> None:
     launch.set_defaults(handler=_launch)
 
 
-def _add_devices(commands) -> None:
+def _add_devices(commands: Subcommands) -> None:
     devices = commands.add_parser("devices", help="report devices, versions, and why no GPU")
     devices.add_argument("--json", action="store_true", help="print JSON instead of a table")
     devices.set_defaults(handler=_devices)
 
 
-def _add_check(commands) -> None:
+def _add_check(commands: Subcommands) -> None:
     check = commands.add_parser(
         "check",
         help="self-test every hardware-dependent path here (run it first on a GPU machine)",
@@ -380,7 +394,7 @@ def _add_check(commands) -> None:
     check.set_defaults(handler=_check)
 
 
-def _add_tune_batch_size(commands) -> None:
+def _add_tune_batch_size(commands: Subcommands) -> None:
     tune = commands.add_parser(
         "tune-batch-size",
         help="run a recipe with --tune-batch-size (probe, table, plot, train at the best batch)",
@@ -393,7 +407,7 @@ def _add_tune_batch_size(commands) -> None:
     tune.set_defaults(handler=_tune_batch_size)
 
 
-def _add_tune(commands) -> None:
+def _add_tune(commands: Subcommands) -> None:
     both = commands.add_parser(
         "tune",
         help="run a recipe with --tune (the batch size, then the learning rate at it)",
@@ -407,7 +421,7 @@ def _add_tune(commands) -> None:
     both.set_defaults(handler=_tune)
 
 
-def _add_doctor(commands) -> None:
+def _add_doctor(commands: Subcommands) -> None:
     doctor = commands.add_parser(
         "doctor",
         help="diagnose what limits a script's training (input, compute, communication, host, "

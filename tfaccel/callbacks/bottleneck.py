@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import time
 import warnings
+from typing import Any
 
 import keras
 
@@ -93,7 +94,7 @@ class Bottleneck(keras.callbacks.Callback):
         host_threshold: float = 0.2,
         log_dir: str | os.PathLike | None = None,
         verbose: int = 1,
-    ):
+    ) -> None:
         super().__init__()
         self.input_threshold = share("input_threshold", input_threshold)
         self.host_threshold = share("host_threshold", host_threshold)
@@ -110,28 +111,29 @@ class Bottleneck(keras.callbacks.Callback):
 
     # -- hooks ---------------------------------------------------------------------------
 
-    def on_train_begin(self, logs=None):
+    def on_train_begin(self, logs: dict | None = None) -> None:
         self.verdicts, self.epochs = [], []
         self._calls = 0
-        self._writer = None
+        self._writer: Any = None  # a tf.summary file writer, made at the first summary
         self._said_blind = False
         self._wrapped = self.model is not None and _fit_wait.install(self.model, self)
         self.on_epoch_begin(None)  # trainers that never call on_epoch_begin
 
-    def on_epoch_begin(self, epoch, logs=None):
+    def on_epoch_begin(self, epoch: int | None, logs: dict | None = None) -> None:
         self._inside = self._wait = self._gap = 0.0
         self._counted = self._unknown = 0
-        self._first = None  # the first call of training, if in this epoch
-        self._last_end = self._began = None
+        self._first: tuple[float, float | None] | None = None  # the first call, if this epoch
+        self._last_end: float | None = None
+        self._began: float | None = None
 
-    def on_train_batch_begin(self, batch, logs=None):
+    def on_train_batch_begin(self, batch: int, logs: dict | None = None) -> None:
         now = self._began = time.perf_counter()
         if self._last_end is not None:
             self._gap += now - self._last_end
         self.fit_wait = None
         self.expect_call = self._wrapped
 
-    def on_train_batch_end(self, batch, logs=None):
+    def on_train_batch_end(self, batch: int, logs: dict | None = None) -> None:
         wait_for(logs)
         now = time.perf_counter()
         self.expect_call = False
@@ -155,7 +157,7 @@ class Bottleneck(keras.callbacks.Callback):
         else:
             self._wait += wait
 
-    def on_epoch_end(self, epoch, logs=None):
+    def on_epoch_end(self, epoch: int | None, logs: dict | None = None) -> None:
         warmup = False
         if self._counted == 0 and self._first is not None:
             self._count(*self._first)
@@ -188,7 +190,7 @@ class Bottleneck(keras.callbacks.Callback):
             parts = ", ".join(f"{k} {shares[k]:.0%}" for k in KEYS if shares[k] is not None)
             print(f"Bottleneck: epoch {epoch}: {word} ({parts}): {HINTS[word]}")
 
-    def on_train_end(self, logs=None):
+    def on_train_end(self, logs: dict | None = None) -> None:
         self.expect_call = False
         if self._wrapped:
             _fit_wait.unwrap(self.model)
@@ -216,7 +218,7 @@ class Bottleneck(keras.callbacks.Callback):
             stacklevel=user_stacklevel(),
         )
 
-    def _summarize(self, epoch, shares: dict, word: str) -> None:
+    def _summarize(self, epoch: int | None, shares: dict, word: str) -> None:
         import tensorflow as tf
 
         if self._writer is None:

@@ -28,12 +28,19 @@ import ctypes.util
 import sys
 import threading
 import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, TypeVar
+
+if TYPE_CHECKING:
+    import tensorflow as tf
+
+T = TypeVar("T")
 
 _POLL_S = 0.05
 _THREAD_NAME = "tfaccel-iterator-reaper"
 
 
-def _malloc_trim():
+def _malloc_trim() -> Callable[[], object]:
     """glibc's `malloc_trim(0)`, or a no-op where the C library has none."""
     try:
         trim = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").malloc_trim
@@ -49,7 +56,7 @@ _TRIM = _malloc_trim()
 class _Reaper:
     """Holds adopted objects; frees each on its own thread once nothing else holds it."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         self._held: dict[int, object] = {}
         self._freeing: set[threading.Thread] = set()
         self._changed = threading.Condition()
@@ -57,7 +64,8 @@ class _Reaper:
         self._stop = threading.Event()
         self._stats = {"adopted": 0, "freed": 0, "longest_free_s": 0.0, "most_pending": 0}
 
-    def adopt(self, obj) -> None:
+    def adopt(self, obj: object) -> None:
+        """Holds `obj` until nothing else does, then frees it on a thread of its own."""
         with self._changed:
             self._held[id(obj)] = obj
             self._stats["adopted"] += 1
@@ -67,14 +75,16 @@ class _Reaper:
                 self._watcher.start()
 
     def pending(self) -> int:
+        """Objects held or being freed."""
         with self._changed:
             return len(self._held) + len(self._freeing)
 
-    def stats(self) -> dict:
+    def stats(self) -> dict[str, float]:
+        """The counts `stats()` returns."""
         with self._changed:
             return dict(self._stats, pending=len(self._held) + len(self._freeing))
 
-    def wait_for(self, condition, timeout_s: float) -> bool:
+    def wait_for(self, condition: Callable[[], bool], timeout_s: float) -> bool:
         """Waits until `condition()` holds, re-checked after each object is freed."""
         with self._changed:
             return self._changed.wait_for(condition, timeout=timeout_s)
@@ -135,7 +145,7 @@ _REAPER = _Reaper()
 atexit.register(_REAPER.close)  # registered after TensorFlow's import: runs before its own
 
 
-def adopt(iterator):
+def adopt(iterator: T) -> T:
     """Returns `iterator`, to be freed on a background thread when the caller drops it.
 
     The iterator works as before; only its deletion moves off the caller's thread.
@@ -149,13 +159,13 @@ def pending() -> int:
     return _REAPER.pending()
 
 
-def stats() -> dict:
+def stats() -> dict[str, float]:
     """Counts since the process started: adopted, freed, pending, most_pending (at
     once), longest_free_s (the longest a deletion waited)."""
     return _REAPER.stats()
 
 
-def wait_for(condition, timeout_s: float = 120.0) -> bool:
+def wait_for(condition: Callable[[], bool], timeout_s: float = 120.0) -> bool:
     """Waits until `condition()` is true, re-checking whenever an iterator is freed.
 
     Returns whether it became true within `timeout_s` (one deletion may wait up to
@@ -164,7 +174,7 @@ def wait_for(condition, timeout_s: float = 120.0) -> bool:
     return _REAPER.wait_for(condition, timeout_s)
 
 
-def freed_in_background(dataset):
+def freed_in_background(dataset: tf.data.Dataset) -> tf.data.Dataset:
     """`dataset`, whose iterators are freed off the caller's thread (see the module
     docstring): for `model.fit`, which makes a new iterator each epoch and drops the
     last on its training thread, waiting up to seconds for tf.data's autotuner.

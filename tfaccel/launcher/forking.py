@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import sys
+from types import FrameType
 
 ENV = "TFACCEL_FORK_WARNING"
 MESSAGE = (
@@ -37,7 +38,7 @@ def runtime_started() -> bool:
 
 def _in_subprocess_launch() -> bool:
     """Whether the fork is `subprocess.Popen`'s (with `preexec_fn`): an exec follows."""
-    frame = sys._getframe(1)
+    frame: FrameType | None = sys._getframe(1)
     while frame is not None:
         code = frame.f_code
         if code.co_name == "_execute_child" and frame.f_globals.get("__name__") == "subprocess":

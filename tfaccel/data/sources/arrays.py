@@ -56,6 +56,7 @@ def from_arrays(x: Any, y: Any = None, sample_weight: Any = None) -> tf.data.Dat
             f"from_arrays: {names} must have the same number of rows, got lengths "
             f"{sorted(lengths)}. Pass one {per} per example."
         )
+    slices: Any  # the features, (x, y) or (x, y, sample_weight): one element's parts
     if sample_weight is not None:
         _check_weights(x, y, sample_weight)
         slices = (x, y, sample_weight)
