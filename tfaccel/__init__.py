@@ -13,6 +13,7 @@ import importlib as _importlib
 import os as _os
 import sys as _sys
 from typing import TYPE_CHECKING
+from typing import Any as _Any
 
 from tfaccel import moved as _moved
 from tfaccel.launcher import forking as _forking
@@ -106,7 +107,7 @@ if TYPE_CHECKING:  # what static tools and IDEs see
     from tfaccel.train import Trainer
 
 
-def __getattr__(name: str):
+def __getattr__(name: str) -> _Any:  # a submodule or a name, imported on first use
     if name in _SUBMODULES:
         value = _importlib.import_module(f"tfaccel.{name}")
     elif name in _NAMES:
