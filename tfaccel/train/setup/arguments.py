@@ -2,12 +2,25 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
+from typing import TypeAlias
+
 import keras
+import tensorflow as tf
 
 from tfaccel import devices
 
+# `Trainer(model)`: a model, or a zero-argument function building one.
+ModelSpec: TypeAlias = "keras.Model | Callable[[], keras.Model]"
+# `optimizer=`: an optimizer, its name, or a zero-argument function building one.
+OptimizerSpec: TypeAlias = (
+    "keras.optimizers.Optimizer | str | Callable[[], keras.optimizers.Optimizer]"
+)
+# `callbacks=`: one callback, several, or None (as Keras takes them).
+CallbacksArg: TypeAlias = "keras.callbacks.Callback | Iterable[keras.callbacks.Callback] | None"
 
-def build_model(model) -> keras.Model:
+
+def build_model(model: ModelSpec) -> keras.Model:
     """Returns `model`, or calls it when it is a function building one (in scope).
 
     Raises:
@@ -30,7 +43,7 @@ def build_model(model) -> keras.Model:
     return built
 
 
-def build_optimizer(optimizer) -> keras.optimizers.Optimizer:
+def build_optimizer(optimizer: OptimizerSpec) -> keras.optimizers.Optimizer:
     """Returns a Keras optimizer from an optimizer, its name, or a function building one.
 
     Raises:
@@ -62,7 +75,7 @@ def build_optimizer(optimizer) -> keras.optimizers.Optimizer:
     return made
 
 
-def callback_list(callbacks) -> list:
+def callback_list(callbacks: CallbacksArg) -> list[keras.callbacks.Callback]:
     """Returns `callbacks` as a list, accepting None and a single callback as Keras does.
 
     Raises:
@@ -86,7 +99,7 @@ def callback_list(callbacks) -> list:
     return items
 
 
-def check_steps(name: str, value) -> None:
+def check_steps(name: str, value: object) -> None:
     """Raises ValueError unless `value` is None or an integer >= 1.
 
     Args:
@@ -99,7 +112,7 @@ def check_steps(name: str, value) -> None:
         )
 
 
-def check_initial_epoch(value) -> None:
+def check_initial_epoch(value: object) -> None:
     """Raises ValueError unless `value` is an integer >= 0 (`fit(initial_epoch=...)`)."""
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
         raise ValueError(
@@ -108,7 +121,7 @@ def check_initial_epoch(value) -> None:
         )
 
 
-def default_strategy():
+def default_strategy() -> tf.distribute.Strategy:
     """`tfaccel.devices.strategy("auto")`, for a Trainer given no strategy.
 
     Raises:

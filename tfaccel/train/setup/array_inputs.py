@@ -18,8 +18,11 @@ static shapes) and prefetched.
 from __future__ import annotations
 
 import numbers
+from collections.abc import Callable
+from typing import Any, TypeAlias
 
 import numpy as np
+import numpy.typing as npt
 import tensorflow as tf
 
 from tfaccel.data.assembly.feed import Feed
@@ -30,6 +33,13 @@ from tfaccel.data.sources import from_arrays
 
 DEFAULT_BATCH_SIZE = 32  # Keras' default for arrays
 
+# Data the Trainer takes as it is: a dataset, a dataset function (`fn(input_context)`,
+# or `DatasetFn`), a `Feed`.
+Data: TypeAlias = "tf.data.Dataset | DatasetFn | Feed | Callable[..., tf.data.Dataset]"
+# `model.fit`'s arrays: an array (NumPy, a tensor, a pandas column...), or a dict or
+# tuple of them (several inputs).
+Arrays: TypeAlias = "npt.ArrayLike | dict[str, npt.ArrayLike] | tuple[npt.ArrayLike, ...]"
+
 # model.fit arguments the Trainer refuses, with what to do instead.
 REFUSED = {
     "validation_freq": "validation runs after every epoch; pass validation_data only when "
@@ -37,21 +47,21 @@ REFUSED = {
 }
 
 
-def refuse(name: str, value) -> None:
+def refuse(name: str, value: object) -> None:
     """Raises ValueError for a `model.fit` argument the Trainer does not support."""
     raise ValueError(
         f"Trainer.fit does not support {name}={value!r} (a model.fit argument): {REFUSED[name]}."
     )
 
 
-def is_data(x) -> bool:
+def is_data(x: object) -> bool:
     """A dataset, a dataset function or a `Feed` (what the Trainer takes as it is)."""
     return isinstance(x, (tf.data.Dataset, DatasetFn, Feed)) or (
         callable(x) and not isinstance(x, (np.ndarray, tf.Tensor))
     )
 
 
-def _check_arrays(x, what: str):
+def _check_arrays(x: object, what: str) -> Any:
     """`x` as arrays for `from_arrays`: lists of arrays become tuples, pandas → NumPy."""
     if x is None:
         return None
@@ -72,11 +82,13 @@ def _check_arrays(x, what: str):
     )
 
 
-def _take(x, start: int, stop: int | None):
+def _take(x: Arrays, start: int, stop: int | None) -> Arrays:
     return tf.nest.map_structure(lambda a: a[start:stop], x)
 
 
-def split(arrays, validation_split: float):
+def split(
+    arrays: tuple[Arrays | None, ...], validation_split: float
+) -> tuple[tuple[Arrays | None, ...], tuple[Arrays | None, ...]]:
     """`(train, validation)` of a tuple of array structures: the last fraction validates.
 
     Raises:
@@ -102,7 +114,7 @@ def split(arrays, validation_split: float):
     return train, val
 
 
-def class_weights(y, class_weight: dict) -> np.ndarray:
+def class_weights(y: Arrays, class_weight: dict[int, float]) -> np.ndarray:
     """Per-example weights from `{class: weight}` (classes absent from the dict weigh 1),
     reading integer labels, one-hot rows (their argmax) or (n, 1) labels, as `model.fit`.
 
@@ -135,16 +147,16 @@ def class_weights(y, class_weight: dict) -> np.ndarray:
 
 
 def to_pipeline(
-    x,
-    y,
-    sample_weight,
+    x: Arrays,
+    y: Arrays | None,
+    sample_weight: Arrays | None,
     *,
     batch_size: int,
     training: bool,
     shuffle: bool,
-    strategy,
+    strategy: tf.distribute.Strategy | None,
     jit_compile: bool,
-):
+) -> tf.data.Dataset | DatasetFn:
     """A `tfaccel.data.pipeline` over arrays (elements `(x, y)`, or `(x, y, sample_weight)`)."""
     if y is None:
         raise ValueError(
@@ -168,7 +180,7 @@ def to_pipeline(
     return data
 
 
-def _check_batch_size(batch_size, name: str = "batch_size") -> int:
+def _check_batch_size(batch_size: object, name: str = "batch_size") -> int:
     if batch_size is None:
         return DEFAULT_BATCH_SIZE
     if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
@@ -178,7 +190,7 @@ def _check_batch_size(batch_size, name: str = "batch_size") -> int:
     return batch_size
 
 
-def _dataset_only(x, **given) -> None:
+def _dataset_only(x: Data, **given: object) -> None:
     """Refuses array arguments next to a dataset, as `model.fit` does."""
     for name, value in given.items():
         unset = value is None or (isinstance(value, (bool, int, float)) and not value)
@@ -196,19 +208,19 @@ def _dataset_only(x, **given) -> None:
 
 
 def training_data(
-    x,
-    y,
+    x: Data | Arrays | None,
+    y: Arrays | None,
     *,
-    batch_size,
-    validation_split,
-    validation_data,
-    validation_batch_size,
-    shuffle,
-    class_weight,
-    sample_weight,
-    strategy,
+    batch_size: int | None,
+    validation_split: float,
+    validation_data: Data | tuple[Arrays | None, ...] | None,
+    validation_batch_size: int | None,
+    shuffle: bool,
+    class_weight: dict[int, float] | None,
+    sample_weight: npt.ArrayLike | None,
+    strategy: tf.distribute.Strategy | None,
     jit_compile: bool,
-):
+) -> tuple[Data, Data | None]:
     """`(train_data, validation_data)` for `Trainer.fit` from `model.fit`-style arguments."""
     if shuffle not in (True, False):
         raise ValueError(
@@ -229,10 +241,9 @@ def training_data(
         train = x
     else:
         batch = _check_batch_size(batch_size)
-        x = _check_arrays(x, "x")
-        y = _check_arrays(y, "y")
+        xs, ys = _check_arrays(x, "x"), _check_arrays(y, "y")
         weights = _check_arrays(sample_weight, "sample_weight")
-        check_sample_weight(x, y, weights)
+        check_sample_weight(xs, ys, weights)
         if class_weight is not None and weights is not None:
             raise ValueError(
                 "class_weight and sample_weight were both given; pass one (multiply the class "
@@ -241,13 +252,13 @@ def training_data(
         if validation_split:
             if validation_data is not None:
                 raise ValueError("validation_split and validation_data were both given; pass one.")
-            (x, y, weights), validation_data = split((x, y, weights), validation_split)
+            (xs, ys, weights), validation_data = split((xs, ys, weights), validation_split)
             validation_batch_size = validation_batch_size or batch
         if class_weight is not None:
-            weights = class_weights(y, class_weight)
+            weights = class_weights(ys, class_weight)
         train = to_pipeline(
-            x,
-            y,
+            xs,
+            ys,
             weights,
             batch_size=batch,
             training=True,
@@ -259,7 +270,13 @@ def training_data(
     return train, evaluation_data(validation_data, validation_batch_size, strategy)
 
 
-def evaluation_data(data, batch_size, strategy, y=None, sample_weight=None):
+def evaluation_data(
+    data: Data | Arrays | tuple[Arrays | None, ...] | None,
+    batch_size: int | None,
+    strategy: tf.distribute.Strategy | None,
+    y: Arrays | None = None,
+    sample_weight: Arrays | None = None,
+) -> Data | None:
     """A dataset as is, or arrays / an `(x, y[, sample_weight])` tuple as a pipeline."""
     if data is None or is_data(data):
         if data is not None:

@@ -12,11 +12,16 @@ of the key. Only a passed check is remembered: a failure is raised again every t
 from __future__ import annotations
 
 import weakref
+from collections.abc import Callable, Hashable
+from typing import Any
+
+import keras
 
 from tfaccel.data import graph
 from tfaccel.data.assembly.feed import Feed
 from tfaccel.data.contracts.label_contract import check as check_labels
 from tfaccel.data.sources.info import source_info
+from tfaccel.train.setup.startup import Clock
 
 
 class Checked:
@@ -26,12 +31,18 @@ class Checked:
         label_reads: how many times the label contract was checked (read the data).
     """
 
-    def __init__(self):
-        self._passed: set = set()
+    def __init__(self) -> None:
+        self._passed: set[tuple[Hashable, ...]] = set()
         self._objects: dict[int, weakref.ref] = {}
         self.label_reads = 0
 
-    def labels(self, feed: Feed, model, loss, clock=None) -> None:
+    def labels(
+        self,
+        feed: Feed,
+        model: keras.Model,
+        loss: keras.losses.Loss | Callable[..., Any] | None,
+        clock: Clock | None = None,
+    ) -> None:
         """Checks the label contract unless this key passed before; then `clock` laps
         "label contract" (a `setup.startup.Startup`). No loss (None: the model's own
         steps compute theirs, `setup.model_steps`) has no contract to check.
@@ -51,7 +62,7 @@ class Checked:
         if clock is not None:
             clock.lap("label contract")
 
-    def _identity(self, feed: Feed):
+    def _identity(self, feed: Feed) -> tuple[str, Hashable] | None:
         content = source_identity(feed)
         if content is not None:
             return ("content", content)

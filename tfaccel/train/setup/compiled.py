@@ -14,13 +14,22 @@ import dataclasses
 import logging
 import numbers
 import warnings
-from typing import Any
+from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 import keras
 
-from tfaccel.train.step.losses import PerExampleLoss, resolve_metrics
+from tfaccel.train.step.losses import LossSpec, MetricsArg, PerExampleLoss, resolve_metrics
+
+if TYPE_CHECKING:
+    import tensorflow as tf
+
+    from tfaccel.train.setup.arguments import OptimizerSpec
 
 logger = logging.getLogger("tfaccel")
+
+# `loss_weights=`: one number, or the one entry of a list or a dict keyed by the output.
+LossWeights: TypeAlias = "float | Sequence[float] | dict[str, float] | None"
 
 
 @dataclasses.dataclass
@@ -34,7 +43,7 @@ class CompileSettings:
     weighted_metrics: Any = None
 
 
-def read(model) -> CompileSettings | None:
+def read(model: keras.Model) -> CompileSettings | None:
     """The compile arguments of `model`, or None when it was not compiled."""
     if not isinstance(model, keras.Model) or not getattr(model, "compiled", False):
         return None
@@ -52,7 +61,7 @@ def read(model) -> CompileSettings | None:
     )
 
 
-def choose(explicit, compiled: CompileSettings | None, name: str, default=None):
+def choose(explicit: Any, compiled: CompileSettings | None, name: str, default: Any = None) -> Any:
     """An argument given to the Trainer (not None) wins over the compiled model's."""
     if explicit is not None:
         return explicit
@@ -61,7 +70,7 @@ def choose(explicit, compiled: CompileSettings | None, name: str, default=None):
     return default
 
 
-def _single_output(metrics, name: str):
+def _single_output(metrics: Any, name: str) -> MetricsArg:
     if isinstance(metrics, dict):
         raise ValueError(
             f"The model was compiled with {name} per output ({metrics!r}); the Trainer trains "
@@ -76,14 +85,23 @@ class Resolved:
 
     model: keras.Model
     source_model: keras.Model | None  # the user's model, when `model` is its in-scope copy
-    optimizer: Any
-    loss: Any
+    optimizer: keras.optimizers.Optimizer
+    loss: LossSpec | None  # None: the model's own steps compute theirs (`model_steps`)
     loss_weight: float
-    metrics: Any
-    weighted_metrics: Any
+    metrics: MetricsArg
+    weighted_metrics: MetricsArg
 
 
-def resolve(model, strategy, *, optimizer, loss, loss_weights, metrics, weighted_metrics):
+def resolve(
+    model: keras.Model,
+    strategy: tf.distribute.Strategy,
+    *,
+    optimizer: OptimizerSpec | None,
+    loss: LossSpec | dict[str, LossSpec] | Sequence[LossSpec] | None,
+    loss_weights: LossWeights,
+    metrics: MetricsArg,
+    weighted_metrics: MetricsArg,
+) -> Resolved:
     """The Trainer's arguments, completed from the compiled model (call inside the scope).
 
     Raises:
@@ -115,7 +133,9 @@ def resolve(model, strategy, *, optimizer, loss, loss_weights, metrics, weighted
     return resolved
 
 
-def loss_and_metrics(resolved: Resolved, strategy) -> tuple:
+def loss_and_metrics(
+    resolved: Resolved, strategy: tf.distribute.Strategy
+) -> tuple[PerExampleLoss, list[keras.metrics.Metric]]:
     """`(PerExampleLoss, [metrics])` of the Trainer's own step (call inside the scope)."""
     loss = PerExampleLoss(resolved.loss, weight=resolved.loss_weight)
     metrics = resolve_metrics(
@@ -126,7 +146,7 @@ def loss_and_metrics(resolved: Resolved, strategy) -> tuple:
     return loss, metrics
 
 
-def require_loss(loss, compiled: CompileSettings | None) -> None:
+def require_loss(loss: LossSpec | None, compiled: CompileSettings | None) -> None:
     """Raises ValueError when neither the Trainer nor `model.compile` gave a loss."""
     if loss is not None:
         return
@@ -141,7 +161,7 @@ def require_loss(loss, compiled: CompileSettings | None) -> None:
     )
 
 
-def refuse_run_eagerly(model, given: CompileSettings | None) -> None:
+def refuse_run_eagerly(model: keras.Model, given: CompileSettings | None) -> None:
     """Raises ValueError for a model compiled with `run_eagerly=True`.
 
     The Trainer's steps are `tf.function` loops run by a distribution strategy; running
@@ -157,14 +177,16 @@ def refuse_run_eagerly(model, given: CompileSettings | None) -> None:
     )
 
 
-def _output_names(model) -> list:
+def _output_names(model: keras.Model) -> list[str]:
     try:
         return list(getattr(model, "output_names", None) or [])
     except (AttributeError, ValueError):
         return []
 
 
-def single_loss(loss, model):
+def single_loss(
+    loss: LossSpec | dict[str, LossSpec] | Sequence[LossSpec] | None, model: keras.Model
+) -> LossSpec | None:
     """The loss of a single-output model: one loss, or the one entry of a dict or list.
 
     Raises:
@@ -186,7 +208,7 @@ def single_loss(loss, model):
     return entries[0]
 
 
-def loss_weight(loss_weights, model) -> float:
+def loss_weight(loss_weights: LossWeights, model: keras.Model) -> float:
     """One weight for the loss of a single-output model (Keras' `loss_weights`).
 
     Raises:
@@ -218,14 +240,18 @@ def loss_weight(loss_weights, model) -> float:
     return float(value)
 
 
-def variables_in_scope(variables, strategy) -> bool:
+def variables_in_scope(variables: Iterable[tf.Variable], strategy: tf.distribute.Strategy) -> bool:
     """Whether every variable was created under `strategy`'s scope."""
     return all(
         strategy.extended.variable_created_in_scope(getattr(v, "value", v)) for v in variables
     )
 
 
-def optimizer_in_scope(optimizer, strategy, model=None):
+def optimizer_in_scope(
+    optimizer: keras.optimizers.Optimizer,
+    strategy: tf.distribute.Strategy,
+    model: keras.Model | None = None,
+) -> keras.optimizers.Optimizer:
     """`optimizer`, or one made from its config in the scope when its variables are outside it.
 
     Call inside `strategy.scope()`. An optimizer that already trained (`iterations` > 0)
@@ -262,7 +288,9 @@ def optimizer_in_scope(optimizer, strategy, model=None):
     return fresh
 
 
-def _copy_state(old, new, model) -> bool:
+def _copy_state(
+    old: keras.optimizers.Optimizer, new: keras.optimizers.Optimizer, model: keras.Model
+) -> bool:
     """Builds `new` on `model`'s trainable variables and gives it `old`'s variables (in
     order, every shape equal); False when they do not match (then `new` is not used)."""
     if not old.built:
@@ -281,7 +309,7 @@ def _copy_state(old, new, model) -> bool:
     return True
 
 
-def metrics_in_scope(metrics, strategy):
+def metrics_in_scope(metrics: MetricsArg, strategy: tf.distribute.Strategy) -> MetricsArg:
     """Metric objects made outside the scope are remade from their configs (inside it).
 
     Takes what `metrics=` takes (None, one metric or name, a list); returns a list or None.
@@ -299,7 +327,9 @@ def metrics_in_scope(metrics, strategy):
     return out
 
 
-def model_in_scope(model: keras.Model, strategy) -> tuple[keras.Model, keras.Model | None]:
+def model_in_scope(
+    model: keras.Model, strategy: tf.distribute.Strategy
+) -> tuple[keras.Model, keras.Model | None]:
     """`(model to train, the user's model to copy weights back to, or None)`.
 
     A model whose variables were created outside `strategy`'s scope is cloned inside
@@ -333,7 +363,9 @@ def model_in_scope(model: keras.Model, strategy) -> tuple[keras.Model, keras.Mod
     return clone, model
 
 
-def compile_copy(copy: keras.Model, resolved: Resolved, given: CompileSettings, strategy) -> None:
+def compile_copy(
+    copy: keras.Model, resolved: Resolved, given: CompileSettings, strategy: tf.distribute.Strategy
+) -> None:
     """Compiles the in-scope copy as the user's model was (for `evaluate` / `save` on it)."""
     try:
         copy.compile(

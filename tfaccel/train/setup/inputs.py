@@ -5,15 +5,19 @@ The input itself — built once, distributed, repeated, skipped — is a `tfacce
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import Any
+
+import keras
 import tensorflow as tf
 
-from tfaccel.data.assembly.feed import has_static_batch
+from tfaccel.data.assembly.feed import Feed, has_static_batch
 from tfaccel.train.setup import model_steps
 
 INFINITE = tf.data.INFINITE_CARDINALITY
 
 
-def check_elements(spec, model) -> None:
+def check_elements(spec: Any, model: keras.Model) -> None:
     """Raises ValueError unless elements (`spec`) are batched `(x, y)` or `(x, y, weight)`."""
     if not isinstance(spec, tuple) or len(spec) not in (2, 3):
         raise ValueError(
@@ -42,7 +46,7 @@ def check_elements(spec, model) -> None:
         _check_weight_spec(spec[1], spec[2])
 
 
-def _check_input_names(x_spec, model) -> None:
+def _check_input_names(x_spec: Any, model: keras.Model) -> None:
     """Raises when dict features miss an input the model names (e.g. a misspelt key)."""
     from keras.src.models.functional import Functional
 
@@ -61,7 +65,7 @@ def _check_input_names(x_spec, model) -> None:
         )
 
 
-def _check_weight_spec(label_spec, weight_spec) -> None:
+def _check_weight_spec(label_spec: Any, weight_spec: Any) -> None:
     """Raises when sample weights are not one per example (or one per label element)."""
     if not isinstance(weight_spec, tf.TensorSpec) or not isinstance(label_spec, tf.TensorSpec):
         return
@@ -80,7 +84,7 @@ def _check_weight_spec(label_spec, weight_spec) -> None:
     )
 
 
-def _check_features(x_spec, model) -> None:
+def _check_features(x_spec: Any, model: keras.Model) -> None:
     """Raises when the features cannot feed the model's (known) inputs."""
     flat = [s for s in tf.nest.flatten(x_spec) if isinstance(s, tf.TensorSpec)]
     inputs = list(getattr(model, "inputs", None) or [])
@@ -112,7 +116,7 @@ def _check_features(x_spec, model) -> None:
         )
 
 
-def _shape(dims) -> str:
+def _shape(dims: Sequence[int | None]) -> str:
     return (
         "("
         + ", ".join("None" if d is None else str(d) for d in dims)
@@ -121,7 +125,7 @@ def _shape(dims) -> str:
     )
 
 
-def check_not_empty(feed, what: str) -> None:
+def check_not_empty(feed: Feed, what: str) -> None:
     """Raises ValueError for data that is known to hold no batch."""
     if feed.steps == 0:
         raise ValueError(
@@ -132,7 +136,7 @@ def check_not_empty(feed, what: str) -> None:
         )
 
 
-def check_finite(feed, steps_per_epoch: int | None, what: str) -> None:
+def check_finite(feed: Feed, steps_per_epoch: int | None, what: str) -> None:
     """Raises ValueError for infinite data without a step count."""
     if steps_per_epoch is None and feed.steps == INFINITE:
         raise ValueError(
@@ -142,7 +146,7 @@ def check_finite(feed, steps_per_epoch: int | None, what: str) -> None:
         )
 
 
-def check_feed(feed, model, steps: int | None, what: str, replicas: int) -> None:
+def check_feed(feed: Feed, model: keras.Model, steps: int | None, what: str, replicas: int) -> None:
     """`fit`'s checks of one input (`Trainer.feed`): elements (not for a model running
     its own steps, which take any structure: `model_steps`), emptiness, length, batch."""
     if not model_steps.overridden(model):
@@ -152,7 +156,7 @@ def check_feed(feed, model, steps: int | None, what: str, replicas: int) -> None
     check_divides(feed, replicas)
 
 
-def check_divides(feed, replicas: int) -> None:
+def check_divides(feed: Feed, replicas: int) -> None:
     """Raises when a static global batch (drop_remainder=True) does not divide among replicas."""
     batch = feed.global_batch
     if feed.is_function or not batch or not has_static_batch(feed.dataset):

@@ -19,13 +19,16 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
+from typing import Any
 
 import keras
 import tensorflow as tf
 
 from tfaccel import methods as methods_lib
 from tfaccel.data.assembly.feed import Feed
+from tfaccel.methods.base import MethodPlan
 from tfaccel.methods.batch_maps import transform
+from tfaccel.methods.composition import MethodsArg
 from tfaccel.methods.freezing import FreezeEarlyLayers
 from tfaccel.train.step import accumulation
 from tfaccel.train.step.losses import PerExampleLoss
@@ -36,7 +39,7 @@ _TO_CATEGORICAL = {
 }
 
 
-def check_argument(methods):
+def check_argument(methods: MethodsArg) -> MethodsArg:
     """Returns `methods` (None when there are none), or raises as `tfaccel.methods.resolve`
     does for an unknown name or an entry that is not a method."""
     if methods is None or methods == "none":
@@ -61,13 +64,19 @@ class Ingredients:
 
     model: keras.Model
     loss: PerExampleLoss
-    metrics: list
+    metrics: list[keras.metrics.Metric]
     optimizer: keras.optimizers.Optimizer
     strategy: tf.distribute.Strategy
     accumulate_steps: int = 1
 
 
-def plan(methods, given: Ingredients, train: Feed, steps_per_epoch, epochs: int):
+def plan(
+    methods: MethodsArg,
+    given: Ingredients,
+    train: Feed,
+    steps_per_epoch: int | None,
+    epochs: int,
+) -> tuple[MethodPlan, Ingredients]:
     """Checks and applies `methods` to the job of a Trainer's first `fit`; returns the
     `tfaccel.methods.Plan` and the ingredients it made (its loss, metrics, optimizer).
 
@@ -101,7 +110,7 @@ def plan(methods, given: Ingredients, train: Feed, steps_per_epoch, epochs: int)
     return made, dataclasses.replace(given, loss=loss, metrics=metrics, optimizer=made.optimizer)
 
 
-def _categorical(metric):
+def _categorical(metric: keras.metrics.Metric) -> keras.metrics.Metric:
     """A sparse accuracy metric as its categorical twin (labels are one-hot now)."""
     twin = _TO_CATEGORICAL.get(type(metric))
     if twin is None:
@@ -119,12 +128,12 @@ class Methods:
         plan: the applied `tfaccel.methods.Plan` (None before the first `fit`).
     """
 
-    def __init__(self, argument):
+    def __init__(self, argument: MethodsArg) -> None:
         self.argument = check_argument(argument)
-        self.plan = None
+        self.plan: MethodPlan | None = None
 
     def plan_once(
-        self, given: Ingredients, train: Feed, steps_per_epoch, epochs: int
+        self, given: Ingredients, train: Feed, steps_per_epoch: int | None, epochs: int
     ) -> Ingredients | None:
         """At the first fit: plans; returns the plan's loss, metrics and optimizer, with
         which the Trainer makes its runner anew (before any step). None at later fits,
@@ -135,7 +144,12 @@ class Methods:
         self.plan, made = plan(self.argument, given, train, steps_per_epoch, epochs)
         return made if self.plan.methods else None
 
-    def apply(self, train: Feed, callbacks: list, retrace: Callable[[], None]):
+    def apply(
+        self,
+        train: Feed,
+        callbacks: list[keras.callbacks.Callback],
+        retrace: Callable[[], None],
+    ) -> tuple[Feed, list[keras.callbacks.Callback]]:
         """Every fit: the training feed with the plan's batch maps, and the callbacks with
         the plan's (a freezing callback retraces the step loops with `retrace`). Returns
         (feed, callbacks)."""
@@ -149,7 +163,7 @@ class Methods:
             train = train.mapped(lambda dataset: transform(dataset, made.maps, made.seed))
         return train, [*callbacks, *made.callbacks]
 
-    def feed(self, data, strategy, what: str) -> Feed:
+    def feed(self, data: Any, strategy: tf.distribute.Strategy, what: str) -> Feed:
         """`data` as a `Feed` (a Feed stays itself); validation and evaluation data get
         their labels in the training form (one-hot when the plan made training's one-hot);
         training data given as such (the doctor's), the plan's batch maps, as `fit` maps
@@ -164,7 +178,7 @@ class Methods:
             return feed.mapped(lambda dataset: transform(dataset, made.maps, made.seed))
         return feed.mapped(made.evaluation_data) if made.one_hot else feed
 
-    def rows(self) -> dict:
+    def rows(self) -> dict[str, str]:
         """Settings-table rows: each method applied and what it changes; each dropped."""
         if self.plan is None:
             return {}

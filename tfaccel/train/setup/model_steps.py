@@ -12,16 +12,22 @@ copy, `methods=` — is refused before step 1, with the way out.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import keras
 
 from tfaccel.train.setup import compiled
-from tfaccel.train.setup.arguments import build_optimizer
+from tfaccel.train.setup.arguments import OptimizerSpec, build_optimizer
+from tfaccel.train.step.losses import LossSpec, MetricsArg, PerExampleLoss
+
+if TYPE_CHECKING:
+    import tensorflow as tf
 
 HOOKS = ("train_step", "test_step", "compute_loss", "compute_metrics")
 
 
-def overridden(model) -> list[str]:
+def overridden(model: keras.Model) -> list[str]:
     """The hooks of `HOOKS` that `model` (its class or the object) overrides."""
     found = []
     for name in HOOKS:
@@ -36,7 +42,7 @@ class ModelSteps:
     """The Trainer runs `model`'s own steps because it overrides `hooks`."""
 
     model: keras.Model = dataclasses.field(repr=False, compare=False)
-    hooks: tuple
+    hooks: tuple[str, ...]
 
     @property
     def model_class(self) -> str:
@@ -47,7 +53,7 @@ class ModelSteps:
         """The overridden hooks as `Class.hook` names, e.g. "GAN.train_step"."""
         return ", ".join(f"{self.model_class}.{hook}" for hook in self.hooks)
 
-    def rows(self) -> dict:
+    def rows(self) -> dict[str, str]:
         """The settings-table row that says the model's own steps run."""
         return {
             "train_step": f"the model's own ({self.names} overridden): its train_step and "
@@ -64,7 +70,7 @@ class ModelSteps:
             f"model's own steps as model.fit does; {argument} {why}. {fix}{other}."
         )
 
-    def check(self, **given) -> None:
+    def check(self, **given: object) -> None:
         """Refuses the Trainer arguments the model's own steps cannot honour (see the
         module docstring); `given` holds the Trainer's arguments by name.
 
@@ -109,7 +115,7 @@ class ModelSteps:
             )
 
 
-def of(model) -> ModelSteps | None:
+def of(model: keras.Model) -> ModelSteps | None:
     """The model's own steps, when it overrides one of `HOOKS`; else None."""
     hooks = overridden(model)
     if not hooks:
@@ -118,28 +124,49 @@ def of(model) -> ModelSteps | None:
 
 
 def resolve_model(
-    model, strategy, *, optimizer, loss, loss_weights, metrics, weighted_metrics, **trainer_only
-) -> tuple:
+    model: keras.Model,
+    strategy: tf.distribute.Strategy,
+    *,
+    optimizer: OptimizerSpec | None,
+    loss: LossSpec | dict[str, LossSpec] | Sequence[LossSpec] | None,
+    loss_weights: compiled.LossWeights,
+    metrics: MetricsArg,
+    weighted_metrics: MetricsArg,
+    **trainer_only: object,
+) -> tuple[ModelSteps | None, compiled.Resolved, PerExampleLoss | None, list[keras.metrics.Metric]]:
     """`(ModelSteps or None, compiled.Resolved, PerExampleLoss or None, [metrics])` for the
     Trainer (call inside the scope): a model with its own steps, checked
     (`ModelSteps.check`, also of `trainer_only`: the Trainer's `accumulate_steps`,
     `on_oom`, `precision`, `methods`) and resolved (`resolve`); any other through
     `compiled.resolve`, with the loss and metrics of the Trainer's own step."""
     steps = of(model)
-    losses = {
-        "loss": loss,
-        "loss_weights": loss_weights,
-        "metrics": metrics,
-        "weighted_metrics": weighted_metrics,
-    }
     if steps is None:
-        resolved = compiled.resolve(model, strategy, optimizer=optimizer, **losses)
+        resolved = compiled.resolve(
+            model,
+            strategy,
+            optimizer=optimizer,
+            loss=loss,
+            loss_weights=loss_weights,
+            metrics=metrics,
+            weighted_metrics=weighted_metrics,
+        )
         return (None, resolved, *compiled.loss_and_metrics(resolved, strategy))
-    steps.check(**losses, **trainer_only)
+    steps.check(
+        loss=loss,
+        loss_weights=loss_weights,
+        metrics=metrics,
+        weighted_metrics=weighted_metrics,
+        **trainer_only,
+    )
     return steps, resolve(steps, model, strategy, optimizer), None, []
 
 
-def resolve(steps: ModelSteps, model: keras.Model, strategy, optimizer) -> compiled.Resolved:
+def resolve(
+    steps: ModelSteps,
+    model: keras.Model,
+    strategy: tf.distribute.Strategy,
+    optimizer: OptimizerSpec | None,
+) -> compiled.Resolved:
     """The model and optimizer the model's own steps train with (call inside the scope).
 
     The model must be compiled (as `model.fit` requires), not with `run_eagerly=True`,

@@ -9,11 +9,15 @@ loses `examples % global_batch` examples every epoch: `fit` warns with that coun
 from __future__ import annotations
 
 import warnings
+from typing import TYPE_CHECKING
 
 from tfaccel.errors import DroppedExamplesWarning
 
+if TYPE_CHECKING:
+    from tfaccel.data import Feed
 
-def warn_if_dropped(feed, jit_compile: bool) -> tuple[int, int] | None:
+
+def warn_if_dropped(feed: Feed, jit_compile: bool) -> tuple[int, int] | None:
     """Warns once when the `Feed` drops examples every epoch; returns `(dropped, examples)`."""
     counted = feed.dropped
     if counted is None:

@@ -17,6 +17,7 @@ import tensorflow as tf
 
 from tfaccel import precision
 from tfaccel.train.step import user_step
+from tfaccel.train.step.losses import PerExampleLoss
 from tfaccel.train.step.runner import EVALUATION_STEPS_PER_LOOP, Runner
 
 
@@ -43,8 +44,8 @@ class RunnerMaker:
         self,
         model: keras.Model,
         optimizer: keras.optimizers.Optimizer,
-        loss,
-        metrics: list,
+        loss: PerExampleLoss | None,
+        metrics: list[keras.metrics.Metric],
         jit_compile: bool,
         policy: str | None = None,
     ) -> tuple[keras.optimizers.Optimizer, Runner]:

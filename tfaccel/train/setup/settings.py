@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
+import keras
 import tensorflow as tf
 
 from tfaccel import cluster
@@ -9,8 +12,18 @@ from tfaccel.choices.xla import unsupported_jit_layers
 from tfaccel.train.setup import model_steps
 from tfaccel.train.step.losses import loss_scale_of
 
+if TYPE_CHECKING:
+    from tfaccel.choices.choice import Choice
+    from tfaccel.choices.loop_size import LoopSizer
+    from tfaccel.data import Feed
+    from tfaccel.train.setup.methods_setup import Methods
+    from tfaccel.train.setup.model_steps import ModelSteps
+    from tfaccel.train.step.runner import Runner
 
-def resolve_jit_compile(value, model, strategy) -> bool:
+
+def resolve_jit_compile(
+    value: bool | str, model: keras.Model, strategy: tf.distribute.Strategy
+) -> bool:
     """`"auto"` is False until measured at the first fit (`tfaccel.choices.xla`); True or False
     as given.
     A model running its own steps (`model_steps`) follows its compile setting for "auto"
@@ -32,7 +45,7 @@ def resolve_jit_compile(value, model, strategy) -> bool:
     return value
 
 
-def format_table(settings: dict) -> str:
+def format_table(settings: dict[str, Any]) -> str:
     """Renders resolved settings as a two-column table."""
     width = max(len(key) for key in settings)
     lines = ["tfaccel.Trainer settings", "-" * (width + 30)]
@@ -41,16 +54,16 @@ def format_table(settings: dict) -> str:
 
 
 def resolve(
-    runner,
-    feed,
+    runner: Runner,
+    feed: Feed,
     steps_per_epoch: int | None,
-    sizer,
+    sizer: LoopSizer,
     *,
-    precision=None,
-    jit=None,
-    model_steps=None,
-    methods=None,
-) -> dict:
+    precision: Choice | None = None,
+    jit: Choice | None = None,
+    model_steps: ModelSteps | None = None,
+    methods: Methods | None = None,
+) -> dict[str, Any]:
     """The settings table of one `fit`: what the Trainer resolved, each in words.
 
     Args:
@@ -93,7 +106,7 @@ def resolve(
     }
 
 
-def _order_text(feed) -> str:
+def _order_text(feed: Feed) -> str:
     """Whether a resume may change the worker count (see `tfaccel.data.order.global_order`)."""
     pipelines = f"{feed.pipelines} input pipeline(s)"
     if feed.order == "global":
@@ -104,20 +117,20 @@ def _order_text(feed) -> str:
     )
 
 
-def _on_oom_text(runner) -> str:
+def _on_oom_text(runner: Runner) -> str:
     if runner.micro_batches == 1:
         return runner.on_oom
     return f"accumulate: {runner.micro_batches} micro-batches per batch"
 
 
-def _dropped_text(feed):
+def _dropped_text(feed: Feed) -> bool | str:
     dropped = feed.dropped
     if not feed.drop_remainder or dropped is None:
         return feed.drop_remainder
     return f"True ({dropped[0]} of {dropped[1]} dropped)"
 
 
-def _steps_text(steps: int | None, accumulate_steps: int):
+def _steps_text(steps: int | None, accumulate_steps: int) -> int | str:
     if not steps:
         return "until the data ends"
     if accumulate_steps == 1:

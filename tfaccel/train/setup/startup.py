@@ -16,13 +16,25 @@ from __future__ import annotations
 
 import collections
 import time
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, Protocol
 
 import keras
 
 from tfaccel.train.step import traces
 
+if TYPE_CHECKING:
+    from tfaccel.data import Feed
+    from tfaccel.train.state.policies import Checkpointing
+
 FIRST_STEP = "first step loop"
-_OPEN: list = []  # clocks still counting traces (a fit that raised never closed its own)
+_OPEN: list[Startup] = []  # clocks still counting traces (a fit that raised never closed its own)
+
+
+class Clock(Protocol):
+    """What a phase of the start-up laps: a `Startup` in `fit`, `IDLE` outside it."""
+
+    def lap(self, name: str) -> None: ...
 
 
 class Startup:
@@ -35,14 +47,14 @@ class Startup:
         done: whether the first step loop has ended.
     """
 
-    def __init__(self, verbose: int = 0):
+    def __init__(self, verbose: int | str = 0) -> None:
         self.phases: dict[str, float] = {}
         self.total = 0.0
         self.traces: dict[str, int] = {}
         self.done = False
         self.verbose = verbose
         self._began = self._last = time.perf_counter()
-        self._traced: collections.Counter = collections.Counter()
+        self._traced: collections.defaultdict[str, float] = collections.defaultdict(float)
         while _OPEN:
             _OPEN.pop().close()
         self._stop = traces.listen(self._on_trace)
@@ -85,7 +97,7 @@ class Startup:
         if self in _OPEN:
             _OPEN.remove(self)
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         """`{"total_s", "phases_s", "traces"}` (plain numbers, for JSON)."""
         return {
             "total_s": round(self.total, 4),
@@ -117,24 +129,29 @@ class FirstStep(keras.callbacks.Callback):
 
     loop_batches_ok = True
 
-    def __init__(self, startup: Startup):
+    def __init__(self, startup: Startup) -> None:
         super().__init__()
         self.startup = startup
 
-    def on_train_begin(self, logs=None):
+    def on_train_begin(self, logs: dict[str, Any] | None = None) -> None:
         self.startup.lap("checkpoint restore and input iterator")
 
-    def on_train_batch_end(self, batch, logs=None):
+    def on_train_batch_end(self, batch: int, logs: dict[str, Any] | None = None) -> None:
         self.startup.finish()
 
-    def on_train_end(self, logs=None):
+    def on_train_end(self, logs: dict[str, Any] | None = None) -> None:
         history = getattr(self.model, "history", None)
         if history is not None:
             history.startup = self.startup
         self.startup.close()
 
 
-def before_loop(clock: Startup, feed, checkpointing, callbacks) -> list:
+def before_loop(
+    clock: Startup,
+    feed: Feed,
+    checkpointing: Checkpointing,
+    callbacks: Sequence[keras.callbacks.Callback],
+) -> list[keras.callbacks.Callback]:
     """Laps the inputs' checks; with checkpoints reads the training data's fingerprint
     (its own phase: the checkpoint compares it with the saved run's); returns `callbacks`
     with the `FirstStep` that ends the start-up."""

@@ -8,6 +8,8 @@ communication. The replica-side arithmetic lives in `steps.py`.
 
 from __future__ import annotations
 
+from typing import overload
+
 
 def resolve_accumulate_steps(value: object) -> int:
     """Returns `value` when it is an integer >= 1.
@@ -24,6 +26,12 @@ def resolve_accumulate_steps(value: object) -> int:
     return value
 
 
+@overload
+def applied_steps(batches_per_epoch: int, accumulate_steps: int) -> int: ...
+@overload
+def applied_steps(batches_per_epoch: None, accumulate_steps: int) -> None: ...
+@overload
+def applied_steps(batches_per_epoch: int | None, accumulate_steps: int) -> int | None: ...
 def applied_steps(batches_per_epoch: int | None, accumulate_steps: int) -> int | None:
     """Optimizer steps per epoch for `batches_per_epoch` batches (None: until the data ends).
 

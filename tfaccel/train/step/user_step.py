@@ -31,6 +31,7 @@ from keras.src.utils.python_utils import pythonify_logs
 
 from tfaccel.train.step import traces
 from tfaccel.train.step.loop_stats import LoopStats
+from tfaccel.train.step.losses import PerExampleLoss
 from tfaccel.train.step.runner import EVALUATION_STEPS_PER_LOOP, Runner
 from tfaccel.train.step.runner_interface import Batches, LoopResult
 from tfaccel.train.step.steps import explain_xla_error, first_nonfinite
@@ -160,7 +161,7 @@ class ModelStepRunner(Runner):
         strategy: tf.distribute.Strategy,
         jit_compile: bool = False,
         evaluation_steps_per_loop: int = EVALUATION_STEPS_PER_LOOP,
-        loss: None = None,
+        loss: PerExampleLoss | None = None,
         metrics: Iterable[keras.metrics.Metric] = (),
         accumulate_steps: int = 1,
         on_oom: str = "raise",
