@@ -280,23 +280,15 @@ class CheckpointState:
             if files.is_damage(error):
                 text = re.sub(r"\{\{function_node [^}]*\}\}\s*", "", str(error)).strip()
                 return f"{type(error).__name__}: {text.splitlines()[0][:300]}"
-            raise self._mismatch(path, error) from error
+            raise _mismatch(self.directory, path, error) from error
         except (AssertionError, ValueError, KeyError) as error:
-            raise self._mismatch(path, error) from error
+            raise _mismatch(self.directory, path, error) from error
         finally:
             if status is not None:
                 status.expect_partial()  # skipped objects are meant to stay unrestored
             if detached is not None and model is not None:
                 model.optimizer = detached
         return None
-
-    def _mismatch(self, path: str, error: Exception) -> CheckpointMismatchError:
-        details = " ".join(str(error).split())[:600]
-        return CheckpointMismatchError(
-            f"{self.directory} holds a checkpoint ({os.path.basename(path)}) of another model "
-            f"or trainer: its variables' names or shapes differ from this one's ({details}). "
-            "It cannot be resumed. Use a new checkpoint_dir, or delete the old one to start over."
-        )
 
     def _set_aside(self, failed: list, restored: str) -> None:
         """Moves unreadable checkpoints aside and repairs the state file (chief only)."""
@@ -463,6 +455,15 @@ class CheckpointState:
         self.wait()
         present = [n for n in files.numbers(self.directory) if n not in self.superseded]
         return files.prefix(self.directory, present[0]) if present else None
+
+
+def _mismatch(directory: str, path: str, error: Exception) -> CheckpointMismatchError:
+    details = " ".join(str(error).split())[:600]
+    return CheckpointMismatchError(
+        f"{directory} holds a checkpoint ({os.path.basename(path)}) of another model "
+        f"or trainer: its variables' names or shapes differ from this one's ({details}). "
+        "It cannot be resumed. Use a new checkpoint_dir, or delete the old one to start over."
+    )
 
 
 def _saved_metrics(path: str, metrics: dict) -> tuple[dict, list[str]]:
