@@ -15,12 +15,18 @@ Example:
 from __future__ import annotations
 
 import logging
+import os
+from typing import Any
 
 import keras
+import tensorflow as tf
+from keras.callbacks import Callback
 
 from tfaccel import precision, shared_strategy
 from tfaccel.choices import copies, loop_size, policy, resolution
+from tfaccel.choices.xla import XlaChoice
 from tfaccel.data import Feed, iterators
+from tfaccel.methods.composition import MethodsArg
 from tfaccel.train.loop.fit_loop import FitLoop, Schedule
 from tfaccel.train.setup import (
     arguments,
@@ -38,6 +44,7 @@ from tfaccel.train.setup import (
 from tfaccel.train.state.policies import Checkpointing, FaultPolicy
 from tfaccel.train.state.trainer_state import TrainerState
 from tfaccel.train.step import accumulation
+from tfaccel.train.step.losses import LossSpec, MetricsArg
 
 logger = logging.getLogger("tfaccel")
 
@@ -77,19 +84,16 @@ class Trainer(TrainerState):
             too); XLA only when 5 % faster and equal in loss, on a job long enough for the
             probe, compilation included, to stay within 5 % of it (`tfaccel.choices.xla`);
             else un-jitted. The settings table shows both rates and why (`jit_choice`).
-        accumulate_steps: sum the gradients of this many consecutive batches on each
-            replica, then all-reduce and apply them once (effective global batch =
-            k × the dataset's global batch). Epochs, `steps_per_epoch` and
-            `validation_steps` count batches; the global step, checkpoints,
-            preemption and callbacks count applied steps.
-        on_oom: "raise" (default), or "accumulate": when the first training step of a
-            `fit` runs out of memory (`ResourceExhaustedError` or XLA's
-            RESOURCE_EXHAUSTED) at global batch B, the same batch is retried as
-            k = 2, 4, 8, ... micro-batches accumulated inside one step until it fits,
-            and the run goes on with k. The update equals batch B's (same loss
-            contract; BatchNormalization normalises each micro-batch with its own
-            statistics). Logged once, shown in the settings table, stored in the
-            checkpoint's run shape.
+        accumulate_steps: sum the gradients of this many consecutive batches on each replica, then
+            all-reduce and apply them once (effective global batch = k × the dataset's global
+            batch). Epochs, `steps_per_epoch` and `validation_steps` count batches; the global step,
+            checkpoints, preemption and callbacks count applied steps.
+        on_oom: "raise" (default), or "accumulate": when the first training step of a `fit` runs out
+            of memory (`ResourceExhaustedError` or XLA's RESOURCE_EXHAUSTED) at global batch B, the
+            same batch is retried as k = 2, 4, 8, ... micro-batches accumulated inside one step
+            until it fits, and the run goes on with k. The update equals batch B's (same loss
+            contract; BatchNormalization normalises each micro-batch with its own statistics).
+            Logged once, shown in the settings table, stored in the checkpoint's run shape.
         precision: None (default) keeps the model's dtype policy; a policy name (e.g.
             "mixed_bfloat16") trains a copy of the model under it (same weights, the
             output layers in float32; from `model` when it is a building function, called
@@ -114,24 +118,24 @@ class Trainer(TrainerState):
 
     def __init__(
         self,
-        model,
+        model: arguments.ModelSpec,
         *,
-        optimizer=None,
-        loss=None,
-        metrics=None,
-        loss_weights=None,
-        weighted_metrics=None,
-        strategy=None,
-        steps_per_loop="auto",
-        jit_compile="auto",
-        accumulate_steps=1,
-        on_oom="raise",
-        precision=None,
-        methods=None,
-    ):
+        optimizer: arguments.OptimizerSpec | None = None,
+        loss: LossSpec | dict[str, LossSpec] | list[LossSpec] | None = None,
+        metrics: MetricsArg = None,
+        loss_weights: compiled.LossWeights = None,
+        weighted_metrics: MetricsArg = None,
+        strategy: tf.distribute.Strategy | None = None,
+        steps_per_loop: int | str = "auto",
+        jit_compile: bool | str = "auto",
+        accumulate_steps: int = 1,
+        on_oom: str = "raise",
+        precision: str | None = None,
+        methods: MethodsArg = None,
+    ) -> None:
         self._precision = None if precision in (None, "auto") else _policy_name(precision)
         self._builder = None if isinstance(model, keras.Model) else model
-        self.precision_choice: precision.Choice | None = None
+        self.precision_choice: policy.PolicyChoice | None = None
         self.strategy = strategy or arguments.default_strategy()
         shared_strategy.check_alone(self.strategy)  # one collective strategy per device
         self.steps_per_loop = loop_size.resolve_steps_per_loop(steps_per_loop)
@@ -155,7 +159,7 @@ class Trainer(TrainerState):
             self._given_optimizer = setup.optimizer
         self.jit_compile = settings.resolve_jit_compile(jit_compile, self.model, self.strategy)
         own = self.model_steps is not None  # the model's train_step runs
-        self.jit_choice = None
+        self.jit_choice: XlaChoice | None = None
         self._asked = resolution.Asked(precision == "auto", jit_compile == "auto" and not own)
         self._runner_maker = runner_made.RunnerMaker(
             self.strategy, self.accumulate_steps, on_oom, self.steps_per_loop, own
@@ -166,10 +170,10 @@ class Trainer(TrainerState):
             self.precision_choice = policy.PolicyChoice(self._precision, "given")
             self._train_under(self._precision)
         self.preempted = False
-        self.settings: dict = {}
+        self.settings: dict[str, Any] = {}
         self.methods = methods_setup.Methods(methods)  # its plan is made at the first fit
 
-    def _make_runner(self, policy=None) -> None:
+    def _make_runner(self, policy: str | None = None) -> None:
         """The inner loop and the state it owns (`runner_made`), the optimizer wrapped for
         `policy` (default: the global one); fit's outer loop sees only its interface."""
         parts = self.model, self._given_optimizer, self.loss, self.metrics, self.jit_compile
@@ -185,7 +189,9 @@ class Trainer(TrainerState):
         self.model = copy
         self._make_runner(policy)
 
-    def _apply_methods(self, train: Feed, callbacks: list, steps_per_epoch, epochs: int):
+    def _apply_methods(
+        self, train: Feed, callbacks: list[Callback], steps_per_epoch: int | None, epochs: int
+    ) -> tuple[Feed, list[Callback]]:
         """`methods=`, planned at the first fit (the runner made anew around the plan's loss,
         metrics and optimizer when a method applies); (train, callbacks) with its own."""
         parts = self.model, self.loss, self.metrics, self._given_optimizer, self.strategy
@@ -222,7 +228,9 @@ class Trainer(TrainerState):
         self._clock.lap("variables and step loops")
         return validation
 
-    def feed(self, data, *, steps: int | None = None, what="training", build=True) -> Feed:
+    def feed(
+        self, data: Any, *, steps: int | None = None, what: str = "training", build: bool = True
+    ) -> Feed:
         """The input of one call as a `Feed` (built once), checked as `fit` checks it; the
         model's and optimizer's variables and the step loops are built for it.
 
@@ -248,25 +256,25 @@ class Trainer(TrainerState):
 
     def fit(
         self,
-        x=None,
-        y=None,
+        x: array_inputs.Data | array_inputs.Arrays | None = None,
+        y: array_inputs.Arrays | None = None,
         batch_size: int | None = None,
         epochs: int = 1,
         *,
-        verbose="auto",
-        callbacks=(),
+        verbose: int | str = "auto",
+        callbacks: arguments.CallbacksArg = (),
         validation_split: float = 0.0,
-        validation_data=None,
+        validation_data: array_inputs.Data | tuple[array_inputs.Arrays | None, ...] | None = None,
         shuffle: bool = True,
-        class_weight: dict | None = None,
-        sample_weight=None,
+        class_weight: dict[int, float] | None = None,
+        sample_weight: array_inputs.Arrays | None = None,
         initial_epoch: int = 0,
         steps_per_epoch: int | None = None,
         validation_steps: int | None = None,
         validation_batch_size: int | None = None,
         validation_freq: int = 1,
-        checkpoint_dir=None,
-        checkpoint_every="epoch",
+        checkpoint_dir: str | os.PathLike[str] | None = None,
+        checkpoint_every: int | str = "epoch",
         keep: int = 3,
         divergence_loops: int = 3,
         restore_on_divergence: bool = False,
@@ -390,10 +398,9 @@ class Trainer(TrainerState):
         callbacks = startup.before_loop(clock, train, checkpointing, callbacks)
         loop = FitLoop(self.runner, train, schedule, callbacks, checkpointing, faults)
         try:  # the checkpoint directory is this run's until fit ends, however it ends
-            decided = {"precision": self.precision_choice, "jit": self.jit_choice}
-            rows = {"model_steps": self.model_steps, "methods": self.methods}
+            rows = self.precision_choice, self.jit_choice, self.model_steps, self.methods
             self.settings = settings.resolve(
-                self.runner, train, loop.steps_per_epoch, self._loop_sizer, **decided, **rows
+                self.runner, train, loop.steps_per_epoch, self._loop_sizer, *rows
             )
             (print if verbose else logger.info)(settings.format_table(self.settings))
             clock.lap("fit loop set-up and settings table")
@@ -411,8 +418,14 @@ class Trainer(TrainerState):
             self.preempted = loop.preempted
 
     def evaluate(
-        self, x=None, y=None, batch_size: int | None = None, *, sample_weight=None, steps=None
-    ) -> dict:
+        self,
+        x: array_inputs.Data | array_inputs.Arrays | None = None,
+        y: array_inputs.Arrays | None = None,
+        batch_size: int | None = None,
+        *,
+        sample_weight: array_inputs.Arrays | None = None,
+        steps: int | None = None,
+    ) -> dict[str, Any]:
         """Evaluates the model; returns `{"loss": ..., <metric>: ...}` over all examples.
 
         Args:
@@ -425,12 +438,7 @@ class Trainer(TrainerState):
             ValueError: the same input checks as `fit`, or `steps` < 1.
         """
         arguments.check_steps("steps", steps)
-        if not array_inputs.is_data(x):
-            x = (x, y) if sample_weight is None else (x, y, sample_weight)
-            y = sample_weight = None
-        elif batch_size is not None:
-            raise ValueError("batch_size= is for arrays; the dataset is batched already.")
-        data = array_inputs.evaluation_data(x, batch_size, self.strategy, y, sample_weight)
+        data = array_inputs.evaluate_data(x, y, batch_size, sample_weight, self.strategy)
         feed = self.feed(data, steps=steps, what="evaluation")
         iterator = iterators.adopt(iter(feed.distribute()))
         return self.runner.evaluate(iterator, steps)

@@ -66,7 +66,8 @@ class Checkpoints:
         joins the run shape, and a warning names random ops a resume cannot replay."""
         if checkpointing.directory is None:  # not `enabled`
             return None
-        augment_seeds.warn_if_random_state(train.dataset, checkpointing.directory)
+        directory = os.fspath(checkpointing.directory)  # a str already (`Checkpointing`)
+        augment_seeds.warn_if_random_state(train.dataset, directory)
         identity = train.fingerprint
         if identity.content is not None:
             self.run_shape["data"] = str(identity)
@@ -77,7 +78,7 @@ class Checkpoints:
                 identity.how,
             )
         return CheckpointState(
-            checkpointing.directory,
+            directory,
             self.runner.strategy,
             checkpointing.keep,
             asynchronous=checkpointing.asynchronous,

@@ -217,7 +217,7 @@ def training_data(
     validation_batch_size: int | None,
     shuffle: bool,
     class_weight: dict[int, float] | None,
-    sample_weight: npt.ArrayLike | None,
+    sample_weight: Arrays | None,
     strategy: tf.distribute.Strategy | None,
     jit_compile: bool,
 ) -> tuple[Data, Data | None]:
@@ -268,6 +268,27 @@ def training_data(
         )
         validation_batch_size = validation_batch_size or batch
     return train, evaluation_data(validation_data, validation_batch_size, strategy)
+
+
+def evaluate_data(
+    x: Data | Arrays | None,
+    y: Arrays | None,
+    batch_size: int | None,
+    sample_weight: Arrays | None,
+    strategy: tf.distribute.Strategy | None,
+) -> Data | None:
+    """`Trainer.evaluate`'s data: a dataset as it is, arrays (`x`, `y`, `sample_weight`)
+    as a pipeline of `batch_size` (default 32).
+
+    Raises:
+        ValueError: `batch_size` with a dataset, or as `evaluation_data`.
+    """
+    if not is_data(x):
+        x = (x, y) if sample_weight is None else (x, y, sample_weight)
+        y = sample_weight = None
+    elif batch_size is not None:
+        raise ValueError("batch_size= is for arrays; the dataset is batched already.")
+    return evaluation_data(x, batch_size, strategy, y, sample_weight)
 
 
 def evaluation_data(

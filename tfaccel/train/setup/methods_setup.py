@@ -55,7 +55,7 @@ class Ingredients:
 
     Attributes:
         model: the model trained.
-        loss: the per-example loss (`losses.PerExampleLoss`).
+        loss: the per-example loss (`losses.PerExampleLoss`; None: the model's own steps).
         metrics: the metric objects.
         optimizer: the optimizer the runner is made with (unwrapped).
         strategy: the strategy the metrics are made under.
@@ -63,7 +63,7 @@ class Ingredients:
     """
 
     model: keras.Model
-    loss: PerExampleLoss
+    loss: PerExampleLoss | None
     metrics: list[keras.metrics.Metric]
     optimizer: keras.optimizers.Optimizer
     strategy: tf.distribute.Strategy
@@ -89,6 +89,8 @@ def plan(
             "methods= sizes schedules to the job: pass steps_per_epoch= for data of "
             "unknown or infinite length."
         )
+    # Methods change the Trainer's own step, which has a loss (`model_steps` refuses them).
+    assert given.loss is not None, "methods= needs the Trainer's own step and its loss"
     job = methods_lib.Job(
         given.model,
         given.loss.fn,

@@ -58,7 +58,6 @@ def resolve(
     feed: Feed,
     steps_per_epoch: int | None,
     sizer: LoopSizer,
-    *,
     precision: Choice | None = None,
     jit: Choice | None = None,
     model_steps: ModelSteps | None = None,

@@ -168,4 +168,4 @@ class _Idle:
         del name
 
 
-IDLE = _Idle()
+IDLE: Clock = _Idle()

@@ -81,7 +81,7 @@ class CheckpointState:
 
     def __init__(
         self,
-        directory: str,
+        directory: str | os.PathLike[str],
         strategy: tf.distribute.Strategy,
         keep: int = 3,
         *,

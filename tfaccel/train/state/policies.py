@@ -82,7 +82,7 @@ class Checkpointing:
         TypeError: `directory` neither None, a string nor a path.
     """
 
-    directory: str | None
+    directory: str | os.PathLike[str] | None  # a str once made
     every: int | str = "epoch"
     keep: int = 3
     resume: str = "auto"

@@ -21,6 +21,7 @@ class TrainerState:
     runner: Any  # the inner loop (`runner_interface.RunnerInterface`)
     model: Any  # the Keras model trained
     strategy: Any  # the `tf.distribute.Strategy`
+    startup: Any  # the last `fit`'s start-up report (`setup.startup.Startup`), None before
 
     step = property(lambda self: self.runner.step, doc="The global step (applied steps).")
     epoch = property(lambda self: self.runner.epoch, doc="The epoch counter (a variable).")
