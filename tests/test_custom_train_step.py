@@ -232,6 +232,13 @@ def test_what_needs_the_trainers_own_step_is_refused(kwargs, names):
     assert names in str(caught.value) and "model.fit" in str(caught.value)
 
 
+@pytest.mark.parametrize("none", [[], (), None, "none"])
+def test_no_methods_given_as_an_empty_list_trains_the_models_own_step(none):
+    trainer = tfaccel.Trainer(make_gan, strategy=tf.distribute.get_strategy(), methods=none)
+    history = trainer.fit(gan_data(), epochs=1, verbose=0).history
+    assert sorted(history) == ["d_loss", "g_loss"]
+
+
 def test_a_model_not_compiled_is_refused():
     with pytest.raises(ValueError, match=r"not compiled.*model\.compile"):
         tfaccel.Trainer(GAN(), strategy=tf.distribute.get_strategy())

@@ -39,10 +39,17 @@ _TO_CATEGORICAL = {
 }
 
 
+def no_methods(methods: object) -> bool:
+    """Whether `methods=` asks for none: None, "none" or an empty list or tuple."""
+    empty = isinstance(methods, list | tuple) and not methods
+    return methods is None or methods == "none" or empty
+
+
 def check_argument(methods: MethodsArg) -> MethodsArg:
-    """Returns `methods` (None when there are none), or raises as `tfaccel.methods.resolve`
-    does for an unknown name or an entry that is not a method."""
-    if methods is None or methods == "none":
+    """Returns `methods` (None when there are none: None, "none" or an empty list), or
+    raises as `tfaccel.methods.resolve` does for an unknown name or an entry that is not a
+    method."""
+    if no_methods(methods):
         return None
     methods_lib.resolve(methods, kind="image")  # the kind is read at fit; names now
     return methods

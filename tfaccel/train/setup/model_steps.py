@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 
 import keras
 
-from tfaccel.train.setup import compiled
+from tfaccel.train.setup import compiled, methods_setup
 from tfaccel.train.setup.arguments import OptimizerSpec, build_optimizer
 from tfaccel.train.step.losses import LossSpec, MetricsArg, PerExampleLoss
 
@@ -107,7 +107,7 @@ class ModelSteps:
                 "(keras.mixed_precision.set_global_policy(...)) and leave precision=None",
             )
         methods = given.get("methods")
-        if not (methods is None or isinstance(methods, str) and methods == "none" or methods == []):
+        if not methods_setup.no_methods(methods):
             self.refuse(
                 f"methods={methods!r}",
                 "needs the Trainer's own step (the methods change its loss, labels and optimizer)",
