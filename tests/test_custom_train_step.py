@@ -328,3 +328,19 @@ def test_noise_drawn_in_train_step_equals_model_fit_and_resumes_exactly(tmp_path
     resumed.fit(data(), epochs=2, verbose=0, checkpoint_dir=tmp_path)
     # The seed generator's state came back too: the same noise after the resume.
     assert max_diff(whole.model.get_weights(), resumed.model.get_weights()) == 0.0
+
+
+def test_the_doctor_on_a_model_with_its_own_step_says_what_it_cannot_time(monkeypatch):
+    from tfaccel.choices import policy
+
+    monkeypatch.setattr(policy, "cpu_flags", lambda: frozenset({"avx512_bf16"}))  # 2 policies
+    trainer = tfaccel.Trainer(
+        lambda: make_classifier(CustomLoss), strategy=tf.distribute.get_strategy()
+    )
+    data = tf.data.Dataset.from_tensor_slices((X, Y)).batch(10)
+    trainer.fit(data, epochs=1, verbose=0)
+    report = tfaccel.doctor.diagnose(trainer, data, budget_s=2, rounds=1, deep=True)
+    text = str(report)
+    assert "Precision: not measured (the model runs its own train_step" in text
+    assert "XLA (deep=True): not measured (the model runs its own train_step" in text
+    assert "set_global_policy" in text

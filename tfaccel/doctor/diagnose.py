@@ -305,6 +305,13 @@ def _measure_input_fixes(
     return skipped
 
 
+OWN_STEP = (
+    "the model runs its own train_step, which the probe's copies cannot time; to try a "
+    "policy, call keras.mixed_precision.set_global_policy(...) before building the model, "
+    "or compile it with jit_compile=True, and diagnose again"
+)
+
+
 def _measure_precision(job: _Job, feed: Feed, measured: rules.Measured) -> list[str]:
     """Sets `measured.precision_rates`: the passes under each policy this hardware offers
     (`choices.policy.candidates`), the current one first; and the matmul peak of the best."""
@@ -314,6 +321,8 @@ def _measure_precision(job: _Job, feed: Feed, measured: rules.Measured) -> list[
     if not others:
         return []
     runner = job.runner
+    if runner.loss is None:
+        return [f"Precision: not measured ({OWN_STEP})"]
     try:
         timed = timing.time_policies(
             runner.model, runner.loss, runner.strategy, feed, [current, *others]
@@ -335,6 +344,8 @@ def _measure_xla(job: _Job, feed: Feed, measured: rules.Measured) -> list[str]:
     `Trainer(jit_compile="auto")` times them (`choices.xla.speedup`: copies of the
     model, one cached batch, alternating rounds)."""
     runner = job.runner
+    if runner.loss is None:
+        return [f"XLA (deep=True): not measured ({OWN_STEP})"]
     try:
         gain, why = xla.speedup(
             runner.model, runner.loss, runner.strategy, feed, measured.dtype_policy
