@@ -34,6 +34,7 @@ PATHS = {
     "NoBatchSizeFitsError": ["tfaccel.tuning", "tfaccel.tuning.batch.search"],
     "LRScalingWarning": ["tfaccel.tuning.scaling"],
     "SplitError": ["tfaccel.parallel", "tfaccel.parallel.split"],
+    "Untrusted": ["tfaccel.files.trusted"],
 }
 
 

@@ -31,6 +31,7 @@ __all__ = [
     "SplitError",
     "StaleCacheWarning",
     "TrainingDivergedError",
+    "Untrusted",
 ]
 
 # -- training (tfaccel.train) ---------------------------------------------------------------
@@ -141,6 +142,14 @@ class LRScalingWarning(UserWarning):
 
 class SplitError(ValueError):
     """A model that cannot be cut into the requested pipeline stages."""
+
+
+# -- files others may have written (tfaccel.files) ------------------------------------------
+
+
+class Untrusted(Exception):
+    """A file refused by `tfaccel.files.trusted.read_trusted`; the message says why (e.g.
+    "mode 0666: writable by its group or others")."""
 
 
 # -- the self-test (tfaccel.check) ---------------------------------------------------------

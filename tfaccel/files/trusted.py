@@ -13,13 +13,11 @@ from __future__ import annotations
 import os
 import stat
 
+from tfaccel.errors import Untrusted
+
 __all__ = ["Untrusted", "read_trusted"]
 
 OTHERS_WRITE = stat.S_IWGRP | stat.S_IWOTH
-
-
-class Untrusted(Exception):
-    """A file refused by `read_trusted`; the message says why (e.g. "mode 0666: ...")."""
 
 
 def read_trusted(
