@@ -71,12 +71,10 @@ SLOW_FILES = (
     "test_tuning.py",  # 105
     "test_cli.py",  # 104
     "test_rendezvous.py",  # 102
-    "test_custom_train_step.py",  # ~100 (56 alone, quiet, on two processes)
     "test_parallel.py",  # 93
     "test_checkpoint_ownership.py",  # 76
     "test_methods_trainer.py",  # 69
     "test_checkpoint_recovery.py",  # 64
-    "test_audit3_obscure.py",  # ~60 (34 alone, quiet, on two processes)
 )
 
 
