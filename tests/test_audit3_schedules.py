@@ -8,6 +8,7 @@ import keras
 import numpy as np
 import pytest
 import tensorflow as tf
+from test_methods_trainer import StopAfter
 
 import tfaccel
 from tfaccel import methods
@@ -51,16 +52,6 @@ class Rates(keras.callbacks.Callback):
 
     def on_train_batch_begin(self, batch, logs=None):
         self.seen.append(float(self.model.optimizer.learning_rate))
-
-
-class StopAfter(keras.callbacks.Callback):
-    def __init__(self, epochs):
-        super().__init__()
-        self.epochs = epochs
-
-    def on_epoch_end(self, epoch, logs=None):
-        if epoch + 1 >= self.epochs:
-            self.model.stop_training = True
 
 
 def fresh_cycle(method, epochs, steps, batch=16):

@@ -9,16 +9,20 @@ import textwrap
 import threading
 import warnings
 
-import keras
 import numpy as np
 import pytest
 import tensorflow as tf
+import test_precision_cache
+from test_lr_sizing import X, Y
+from test_lr_sizing import _model as _compiled_model
 
 import tfaccel
 from tfaccel import cli, precision, tuning
-from tfaccel.choices import operations, policy
+from tfaccel.choices import operations
 from tfaccel.files.script_flags import declares_flag
 from tfaccel.tuning.lr import inputs as lr_inputs
+
+probe = test_precision_cache.probe  # the counting measurement (a fixture)
 
 # -- 5: tfaccel tune / tune-batch-size decide by the script's code ------------------------
 
@@ -108,19 +112,9 @@ def test_a_flag_taken_through_a_module_beside_the_script_is_followed(tmp_path):
 
 # -- 6: the range test names NaN inputs ----------------------------------------------------
 
-X = np.random.default_rng(1).normal(size=(512, 8)).astype("float32")
-Y = (X[:, :4].sum(axis=1) > 0).astype("int32")
-
 
 def _model():
-    keras.utils.set_random_seed(0)
-    model = keras.Sequential(
-        [keras.Input((8,)), keras.layers.Dense(16, activation="relu"), keras.layers.Dense(2)]
-    )
-    model.compile(
-        optimizer=keras.optimizers.Adam(1e-3),
-        loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
-    )
+    model = _compiled_model()  # test_lr_sizing's, its optimizer built
     model.optimizer.build(model.trainable_variables)
     return model
 
@@ -176,22 +170,6 @@ def test_finite_data_still_gets_a_curve():
 # -- 7, 8: the precision-rate cache reads only this user's regular files -------------------
 
 POLICIES = ("float32", "mixed_bfloat16")
-
-
-@pytest.fixture
-def probe(monkeypatch, probe_cache):
-    """A counting stand-in for the measurement (bfloat16 twice float32's rate)."""
-    calls = []
-
-    def op_rates(policies, budget_s=operations.BUDGET_S):
-        calls.append(tuple(policies))
-        return {p: 1e9 * (2.0 if "bfloat16" in p else 1.0) for p in policies}
-
-    monkeypatch.setattr(operations, "op_rates", op_rates)
-    monkeypatch.setattr(policy, "cpu_flags", lambda: frozenset({"avx512_bf16"}))
-    operations._rates_for.cache_clear()
-    yield calls
-    operations._rates_for.cache_clear()
 
 
 def _forged(probe_cache):
