@@ -37,13 +37,13 @@ from tfaccel.methods.composition import (
     FAST_CARD,
     LONG_JOB_STEPS,
     compose,
-    for_fit,
-    kind_of,
     plan_for,
     resolve,
 )
 from tfaccel.methods.depth import StochasticDepth
+from tfaccel.methods.fitting import for_fit
 from tfaccel.methods.freezing import LayerFreezing
+from tfaccel.methods.kinds import kind_of
 from tfaccel.methods.label_methods import CutMix, LabelSmoothing, MixUp
 from tfaccel.methods.resizing import ProgressiveResizing
 from tfaccel.methods.schedules import OneCycle, WarmupCosine

@@ -1,48 +1,39 @@
-"""Composing methods: the rules, the "fast" stacks, and what to pass to `model.fit`.
+"""Composing methods: the rules, the "fast" stacks, and the plan they make.
 
-`for_fit(methods, model, dataset, epochs=..., loss=..., optimizer=...)` checks every
-method against the job (before step 1), applies them in a fixed order and returns a
-`MethodPlan`: the transformed dataset, the loss and optimizer to compile with, the callbacks.
+`plan_for(methods, job)` resolves the methods (a list, "fast" or "none"), checks every
+one against the job (before step 1), applies them in a fixed order and returns a
+`MethodPlan`; `tfaccel.methods.for_fit` (`fitting.py`) and the Trainer build on it.
 
 Rules (`compose`): a method given twice keeps its first; one learning-rate schedule
 (OneCycle or WarmupCosine); one batch mixing (MixUp or CutMix: both mix the same
 pair of labels); EMA or layer freezing (Keras finalizes the averages over the trainable
 variables, a set freezing changes); label smoothing with a mixing is applied once, by
 the loss, to the mixed targets (never to the labels before mixing as well). `"fast"` is the stack
-measured best for the job's kind (`FAST`, from `benchmarks/time_to_accuracy.py`); a
-method of it that does not fit the model (e.g. stochastic depth without residual blocks)
-is dropped with the reason instead of failing.
+measured best for the job's kind (`FAST`, from `benchmarks/time_to_accuracy.py`; the kind
+from `kinds.kind_of`); a method of it that does not fit the model (e.g. stochastic depth
+without residual blocks) is dropped with the reason instead of failing.
 
 Example:
-    >>> plan = methods.for_fit("fast", model, train, epochs=10,
-    ...                        loss="sparse_categorical_crossentropy", optimizer=Adam())
-    >>> model.compile(plan.optimizer, plan.loss, metrics=["accuracy"])
-    >>> model.fit(plan.dataset, epochs=10, callbacks=plan.callbacks,
-    ...           validation_data=plan.evaluation_data(val))          # doctest: +SKIP
+    >>> plan = plan_for("fast", job)       # doctest: +SKIP
+    >>> plan.describe()                    # doctest: +SKIP
 """
 
 from __future__ import annotations
 
 import warnings
 from collections.abc import Callable, Iterable
-from typing import Any
-
-import keras
-import tensorflow as tf
 
 from tfaccel.callbacks._steps import user_stacklevel
-from tfaccel.data import iterators
 from tfaccel.methods.averaging import EMA
-from tfaccel.methods.base import Card, Job, Method, MethodPlan, optimizer_object
+from tfaccel.methods.base import Card, Job, Method, MethodPlan
 from tfaccel.methods.batch_growth import ProgressiveBatch
-from tfaccel.methods.batch_maps import transform
 from tfaccel.methods.depth import StochasticDepth
 from tfaccel.methods.freezing import LayerFreezing
+from tfaccel.methods.kinds import KINDS, read_kind
 from tfaccel.methods.label_methods import CutMix, LabelSmoothing, MixUp
 from tfaccel.methods.resizing import ProgressiveResizing
 from tfaccel.methods.schedules import OneCycle, WarmupCosine
 
-KINDS = ("image", "sequence", "tabular")
 # What a `methods=` argument may be: "fast", "none", None, a method or methods.
 MethodsArg = str | Method | Iterable[Method] | None
 # The order methods are applied in (maps are ordered by their own stage).
@@ -200,14 +191,6 @@ FAST_CARD = Card(
 """The card of `methods="fast"`: its stacks, and what they measured."""
 
 
-def kind_of(element_spec: Any) -> str:
-    """The job's kind from its features: rank 4 "image", rank 3 "sequence", else "tabular"."""
-    spec = element_spec[0] if isinstance(element_spec, tuple) else element_spec
-    rank = getattr(getattr(spec, "shape", None), "rank", None)
-    kinds: dict[int | None, str] = {4: "image", 3: "sequence"}
-    return kinds.get(rank, "tabular")
-
-
 def resolve(methods: MethodsArg, kind: str | None = None, job: Job | None = None) -> list[Method]:
     """The methods a `methods=` argument names: a list of `Method`s, or "fast" / "none".
 
@@ -284,26 +267,13 @@ def compose(methods: list[Method]) -> tuple[list[Method], list[tuple[str, str]]]
     return kept, dropped
 
 
-def steps_of(dataset: Any, steps_per_epoch: int | None) -> int:
-    """Steps per epoch: given, or the dataset's finite length."""
-    if steps_per_epoch is not None:
-        if isinstance(steps_per_epoch, bool) or int(steps_per_epoch) < 1:
-            raise ValueError(f"steps_per_epoch must be a positive int, got {steps_per_epoch!r}.")
-        return int(steps_per_epoch)
-    length = int(dataset.cardinality()) if isinstance(dataset, tf.data.Dataset) else -2
-    if length < 1:
-        raise ValueError(
-            "The methods size their schedules to the job: pass steps_per_epoch= for a "
-            "dataset of unknown or infinite length."
-        )
-    return length
-
-
 def plan_for(
     methods: MethodsArg, job: Job, *, kind: str | None = None, seed: int | None = None
 ) -> MethodPlan:
     """Resolves, composes, checks and applies `methods` to `job`; returns the `MethodPlan`
     (without a dataset: `for_fit` and the Trainer transform theirs with `plan.maps`).
+    The kind for "fast" is `kind`, else read from the model, else the features' rank
+    (`kinds.kind_of`).
 
     With "fast", a method whose check fails is dropped with its reason; a method the
     user named raises.
@@ -312,11 +282,11 @@ def plan_for(
         UserWarning: for each method or schedule left out (the plan's `dropped`), why.
     """
     fast = methods == "fast"
-    kind = kind or kind_of(job.element_spec)
+    kind, note = read_kind(job.element_spec, job.model, kind)  # the model, else the rank
     chosen, dropped = compose(resolve(methods, kind, job))
     plan = MethodPlan(job)
     plan.dropped = dropped
-    plan.chosen = _why_fast(kind, job) if fast else None
+    plan.chosen = _why_fast(kind, job) + note if fast else None
     plan.seed = 0 if seed is None else int(seed)  # the batches' content varies the draws
     for method in chosen:
         try:
@@ -332,98 +302,4 @@ def plan_for(
         finish(plan)
     for name, why in plan.dropped:  # the settings table says it too, at INFO when verbose=0
         warnings.warn(f"tfaccel.methods: {name} dropped: {why}", stacklevel=user_stacklevel())
-    return plan
-
-
-def _batch_of(dataset: Any, spec: tuple) -> int | None:
-    """The static batch of `spec`, else the first batch's size (one batch read)."""
-    first = tf.nest.flatten(spec[0])[0].shape
-    if first.rank and first[0] is not None:
-        return int(first[0])
-    if not isinstance(dataset, tf.data.Dataset) or not first.rank:
-        return None
-    for element in dataset.take(1):
-        return int(tf.shape(tf.nest.flatten(element[0])[0])[0])
-    return None
-
-
-def _regrouped(
-    dataset_fn: Callable[[Any], tf.data.Dataset],
-    regroup: Callable[[tf.data.Dataset], tf.data.Dataset],
-) -> Callable[[Any], tf.data.Dataset]:
-    return lambda context: regroup(dataset_fn(context))
-
-
-def for_fit(
-    methods: MethodsArg,
-    model: keras.Model,
-    dataset: Any,
-    *,
-    epochs: int,
-    loss: Any,
-    optimizer: Any = "adam",
-    steps_per_epoch: int | None = None,
-    batch_size: int | None = None,
-    kind: str | None = None,
-    seed: int | None = None,
-) -> MethodPlan:
-    """What to pass to `model.compile` and `model.fit` to train with `methods`.
-
-    Args:
-        methods: "fast", a method or a list of them (see `resolve`).
-        model: the Keras model (built: its input and output shapes are read).
-        dataset: the batched training dataset of `(x, y[, sample_weight])`, or a dataset
-            function (`tfaccel.data.pipeline`'s result under a strategy).
-        epochs: the job's epochs (the schedules and stages are sized to them).
-        loss: the loss the user would compile with (a name or `keras.losses.Loss`).
-        optimizer: the optimizer (object or name, not yet built).
-        steps_per_epoch: steps per epoch (default: the dataset's length).
-        batch_size: the global batch (default: the dataset's static batch, else the
-            size of its first batch).
-        kind: "image", "sequence" or "tabular" (default: from the features' rank).
-        seed: the batch maps' seed (default 0: the draws also depend on each batch's
-            content, so they vary with the shuffle and repeat in a resumed run).
-
-    Returns:
-        A `MethodPlan`: `.dataset`, `.loss`, `.optimizer`, `.callbacks`, `.evaluation_data(ds)`
-        and `.describe()`. Pass validation and evaluation data through
-        `plan.evaluation_data(...)`: a label method over a sparse loss makes the training
-        labels one-hot, and the plan's loss refuses class ids (at the first validation,
-        since `model.fit` reads `validation_data` only then). Its
-        datasets free their iterators off `model.fit`'s thread (`data.freed_in_background`;
-        the table's "input" row), even with no method.
-
-    Raises:
-        ValueError, TypeError: a method that cannot apply (each method's `check`), bad
-            `epochs` or `steps_per_epoch`, a dataset of unknown length without
-            `steps_per_epoch`, a method class instead of a method (`methods.MixUp`).
-    """
-    if isinstance(epochs, bool) or not isinstance(epochs, int) or epochs < 1:
-        raise ValueError(f"epochs must be a positive int, got {epochs!r}.")
-    spec = dataset.element_spec if isinstance(dataset, tf.data.Dataset) else None
-    if spec is None:
-        spec = dataset(None).element_spec
-    if not isinstance(spec, tuple) or len(spec) not in (2, 3):
-        raise TypeError(f"The methods need batches of (x, y[, sample_weight]), got {spec}.")
-    if batch_size is None:
-        batch_size = _batch_of(dataset, spec)
-    job = Job(
-        model,
-        loss,
-        optimizer_object(optimizer),
-        spec,
-        epochs,
-        steps_of(dataset, steps_per_epoch),
-        batch_size,
-    )
-    plan = plan_for(methods, job, kind=kind, seed=seed)
-    for regroup in plan.regroups:
-        dataset = (
-            regroup(dataset)
-            if isinstance(dataset, tf.data.Dataset)
-            else _regrouped(dataset, regroup)
-        )
-    plan.dataset = transform(dataset, plan.maps, plan.seed)
-    if isinstance(plan.dataset, tf.data.Dataset):  # model.fit drops an iterator each epoch
-        plan.dataset, plan.freed = iterators.freed_in_background(plan.dataset), True
     return plan
