@@ -1,0 +1,166 @@
+"""methods.adaptive.Plateau: a warm-up over the first epoch, then a loss-driven decay; the
+rate at each step does not depend on the declared epochs, and its decay resumes."""
+
+import math
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+from test_methods_trainer import StopAfter, build, dataset, max_diff, trainer
+
+from tfaccel import methods
+from tfaccel.methods.adaptive.plateau import Plateau, PlateauCycle, PlateauDecay
+
+
+def plan(epochs, method, batch=16):
+    return methods.for_fit(
+        [method],
+        build(),
+        dataset(batch),
+        epochs=epochs,
+        loss="sparse_categorical_crossentropy",
+        optimizer=keras.optimizers.Adam(1e-3),
+    )
+
+
+def rate(schedule, step):
+    return float(schedule(tf.constant(step, tf.int64)))
+
+
+@pytest.mark.parametrize("declared", [3, 30, 150])
+def test_the_rate_at_chosen_steps_is_the_hand_computed_one_whatever_the_declared_epochs(declared):
+    made = plan(declared, Plateau(scale=10.0, warmup=0.5))  # 64 rows / 16: 4 steps an epoch
+    schedule = made.methods[0].schedule
+    peak = 1e-3 * math.sqrt(16 / 32) * 10.0  # the one-cycle's peak rule
+    assert isinstance(schedule, PlateauCycle) and made.optimizer.learning_rate is not None
+    assert rate(schedule, 0) == pytest.approx(peak / 25, rel=1e-6)  # warm-up: 2 steps
+    assert rate(schedule, 1) == pytest.approx(peak / 25 + (peak - peak / 25) / 2, rel=1e-6)
+    for step in (2, 3, 40, 10_000, 1_000_000):
+        assert rate(schedule, step) == pytest.approx(peak, rel=1e-6)
+    schedule.factor.assign(0.25)
+    assert rate(schedule, 10_000) == pytest.approx(peak / 4, rel=1e-6)
+
+
+def test_warmup_steps_override_the_share_of_the_first_epoch():
+    schedule = plan(5, Plateau(peak=0.01, warmup_steps=8, div=10.0)).methods[0].schedule
+    assert rate(schedule, 4) == pytest.approx(0.001 + 0.009 * 4 / 8, rel=1e-6)
+    assert rate(schedule, 8) == pytest.approx(0.01, rel=1e-6)
+
+
+class Rates(keras.callbacks.Callback):
+    def __init__(self):
+        super().__init__()
+        self.seen = []
+
+    def on_train_batch_begin(self, batch, logs=None):
+        optimizer = self.model.optimizer
+        self.seen.append(float(optimizer.learning_rate))
+
+
+def fitted_rates(declared):
+    """model.fit declared `declared` epochs, stopped after 3: the rate at each step."""
+    made = plan(declared, Plateau(scale=30.0, warmup=0.75, monitor="loss"))
+    model = made.methods[0]._job.model
+    model.compile(made.optimizer, made.loss)
+    rates = Rates()
+    model.fit(
+        made.dataset, epochs=declared, callbacks=[*made.callbacks, rates, StopAfter(3)], verbose=0
+    )
+    return rates.seen, float(made.methods[0].schedule.factor.numpy())
+
+
+def test_model_fit_follows_the_same_rates_declared_3_or_100_epochs():
+    short, factor_short = fitted_rates(3)
+    long, factor_long = fitted_rates(100)
+    assert len(short) == len(long) == 12
+    np.testing.assert_allclose(short, long, rtol=1e-6)
+    assert factor_short == factor_long
+    peak = 1e-3 * math.sqrt(16 / 32) * 30.0
+    assert short[0] == pytest.approx(peak / 25, rel=1e-5)
+    assert short[3] == pytest.approx(peak, rel=1e-5)  # 3 warm-up steps of the first epoch's 4
+
+
+def test_the_plateau_rule_by_hand():
+    method = Plateau(patience=1, factor=0.5, min_delta=0.0, min_factor=0.1)
+    schedule = plan(3, method).methods[0].schedule
+    factors = []
+    for loss in (1.0, 0.9, 0.95, 0.95, 0.8, 0.85, 0.85, 0.85, 0.85):
+        method.step(schedule, loss)
+        factors.append(float(schedule.factor.numpy()))
+    assert factors == pytest.approx([1, 1, 0.5, 0.25, 0.25, 0.125, 0.1, 0.1, 0.1])
+    patient = Plateau(patience=2, factor=0.5, min_delta=0.1)
+    schedule = plan(3, patient).methods[0].schedule
+    for loss in (1.0, 0.95, 0.95, 0.85, 0.8):  # 0.95 and 0.8: within 10 % of the best
+        patient.step(schedule, loss)
+    assert float(schedule.factor.numpy()) == pytest.approx(0.5)
+    assert int(schedule.wait.numpy()) == 1
+    patient.step(schedule, 0.79)
+    assert float(schedule.factor.numpy()) == pytest.approx(0.25)
+    assert float(schedule.best.numpy()) == pytest.approx(0.85)
+
+
+def test_the_monitor_reads_val_loss_when_the_epoch_has_it():
+    method = Plateau()
+    assert method.monitored({"loss": 1.0, "val_loss": 2.0}) == 2.0
+    assert method.monitored({"loss": 1.0}) == 1.0
+    assert Plateau(monitor="loss").monitored({"loss": 1.0, "val_loss": 2.0}) == 1.0
+    assert method.monitored({"val_loss": float("nan")}) is None
+
+
+def test_the_decay_state_is_saved_with_the_optimizer(tmp_path):
+    made = plan(3, Plateau())
+    schedule = made.methods[0].schedule
+    model = made.methods[0]._job.model
+    made.optimizer.build(model.trainable_variables)
+    schedule.factor.assign(0.125)
+    schedule.best.assign(0.5)
+    schedule.wait.assign(1)
+    path = tf.train.Checkpoint(optimizer=made.optimizer).write(str(tmp_path / "ck"))
+    names = [name for name, _ in tf.train.list_variables(path)]
+    assert any("plateau_factor" in n or "_learning_rate/factor" in n for n in names), names
+    schedule.factor.assign(1.0)
+    schedule.wait.assign(0)
+    tf.train.Checkpoint(optimizer=made.optimizer).read(path).expect_partial()
+    assert float(schedule.factor.numpy()) == 0.125 and int(schedule.wait.numpy()) == 1
+
+
+def stalling():
+    return [Plateau(peak=0.5, warmup_steps=2, monitor="loss", min_delta=0.05)]
+
+
+def test_the_trainer_resumes_its_decay_to_the_uninterrupted_weights(tmp_path):
+    whole = trainer(stalling())
+    whole.fit(dataset(), epochs=5, verbose=0)
+    assert any(isinstance(c, PlateauDecay) for c in whole.methods.plan.callbacks)
+    factor = float(whole.methods.plan.methods[0].schedule.factor.numpy())
+    assert factor < 1.0  # the rule fired: the resume below has a decay to restore
+    first = trainer(stalling())
+    first.fit(dataset(), epochs=5, callbacks=[StopAfter(2)], checkpoint_dir=tmp_path, verbose=0)
+    resumed = trainer(stalling())
+    resumed.fit(dataset(), epochs=5, checkpoint_dir=tmp_path, verbose=0)
+    assert float(resumed.methods.plan.methods[0].schedule.factor.numpy()) == factor
+    assert max_diff(whole.model.get_weights(), resumed.model.get_weights()) < 1e-6
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        ({"scale": 0}, "scale must be a positive"),
+        ({"warmup": 1.5}, r"warmup must be a share of the first epoch in \[0, 1\]"),
+        ({"warmup_steps": -1}, "warmup_steps must be an int >= 0"),
+        ({"factor": 1.0}, r"factor must be in \(0, 1\)"),
+        ({"patience": 0}, "patience must be an int >= 1"),
+        ({"monitor": "accuracy"}, "monitor must be one of"),
+        ({"div": 0.5}, "div must be a number >= 1"),
+        ({"min_delta": -1}, "min_delta must be >= 0"),
+    ],
+)
+def test_bad_arguments_say_what_is_allowed(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        Plateau(**kwargs)
+
+
+def test_the_settings_table_says_it_has_no_end_date():
+    made = plan(150, Plateau(scale=10.0, warmup=0.5))
+    assert "warm-up over 2 steps" in made.describe() and "no end date" in made.describe()
