@@ -3,7 +3,9 @@
 Each method is a small object that states what it changes (`changes`), checks the job
 before step 1 (`check`) and adds its part to a plan (`apply`): a batch map, a loss, an
 optimizer change or a callback. Use them with plain Keras through `for_fit`, or with
-`tfaccel.Trainer(..., methods=[...])` / `methods="fast"`.
+`tfaccel.Trainer(..., methods=[...])` / `methods="fast"`. `for_fit` takes what `model.fit`
+takes (a dataset, or arrays with `batch_size`, `sample_weight`, `validation_split`); the
+job's kind for "fast" is read from the model (`kind_of`).
 
 | method | changes |
 | --- | --- |
@@ -23,10 +25,11 @@ defaults. The docs' card table is made from them (`python -m tfaccel.methods.car
 Example:
     >>> from tfaccel import methods
     >>> plan = methods.for_fit([methods.LabelSmoothing(0.1), methods.OneCycle()], model,
-    ...     train, epochs=10, loss="sparse_categorical_crossentropy", optimizer="adam")
-    >>> model.compile(plan.optimizer, plan.loss, metrics=["accuracy"])
+    ...     x, y, epochs=10, validation_split=0.1, loss="sparse_categorical_crossentropy")
+    >>> model.compile(plan.optimizer, plan.loss,
+    ...               metrics=plan.metrics(["sparse_categorical_accuracy"]))
     >>> model.fit(plan.dataset, epochs=10, callbacks=plan.callbacks,
-    ...           validation_data=plan.evaluation_data(val))      # doctest: +SKIP
+    ...           validation_data=plan.validation_data)           # doctest: +SKIP
 """
 
 from tfaccel.methods.averaging import EMA, SwapAverages
@@ -41,7 +44,7 @@ from tfaccel.methods.composition import (
     resolve,
 )
 from tfaccel.methods.depth import StochasticDepth
-from tfaccel.methods.fitting import for_fit
+from tfaccel.methods.fitting import FitPlan, for_fit
 from tfaccel.methods.freezing import LayerFreezing
 from tfaccel.methods.kinds import kind_of
 from tfaccel.methods.label_methods import CutMix, LabelSmoothing, MixUp
@@ -52,6 +55,7 @@ __all__ = [
     "EMA",
     "FAST",
     "FAST_CARD",
+    "FitPlan",
     "LONG_JOB_STEPS",
     "Card",
     "CutMix",
