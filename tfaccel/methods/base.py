@@ -278,7 +278,9 @@ def rebuilt(optimizer: Any, **changes: Any) -> keras.optimizers.Optimizer:
     if schedule is not None:  # itself, not a copy: its variables are the ones its callback sets
         config["learning_rate"] = schedule
     config.update(changes)
-    return type(optimizer).from_config(config)
+    # `__class__`: the optimizer's own class while a fit lets callbacks set its rate
+    # (`schedules.ComposedRate`).
+    return optimizer.__class__.from_config(config)
 
 
 def schedule_of(optimizer: Any) -> keras.optimizers.schedules.LearningRateSchedule | None:

@@ -16,6 +16,12 @@ Each `fit` gets a cycle of its own (`FitClock`): the cycle's position is the fit
 and step, read against the optimizer's `iterations` (checkpointed with it). A resumed run
 continues its cycle; a later `fit` of the same model starts a new one sized to its own
 steps; a step Keras counts past the end of an epoch of unknown length moves nothing.
+
+The user's own rate callbacks compose with the cycle (`ComposedRate`): while a fit runs,
+setting `optimizer.learning_rate` (`ReduceLROnPlateau`, `LearningRateScheduler`, any
+callback) multiplies the cycle from then on by `new / current`, a factor held in a variable
+of the `Cycle` (tracked by the optimizer, so the Trainer's checkpoints keep it). Reading it
+gives the scheduled rate, as Keras does; each epoch's `learning_rate` joins the logs.
 """
 
 from __future__ import annotations
@@ -23,7 +29,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import warnings
-from typing import Any
+from typing import Any, ClassVar
 
 import keras
 import tensorflow as tf
@@ -41,14 +47,17 @@ def _check_fraction(value: Any, name: str) -> float:
 
 
 @keras.saving.register_keras_serializable("tfaccel")
-class Cycle(keras.optimizers.schedules.LearningRateSchedule):
+class Cycle(keras.optimizers.schedules.LearningRateSchedule, tf.__internal__.tracking.Trackable):
     """Keras' `CosineDecay` with warmup, its steps counted from `start`: `initial` up to
     `peak` linearly over `warmup` steps, then a cosine down to `alpha * peak` over `decay`
-    steps, held there after.
+    steps, held there after; times `callback_factor`.
 
     The sizes and `start` are variables, so a later `fit` sizes it anew (`size`) without
     retracing the step that reads it. They are not checkpointed: `FitClock` sets them
-    at each fit from the fit's position.
+    at each fit from the fit's position. `callback_factor` (1 until a callback sets the
+    rate, `ComposedRate`) is training state: the optimizer holding the cycle tracks it, so
+    the Trainer's checkpoints save and restore it; `get_config` leaves it out (a config
+    is the schedule as made, and `model.save` starts a loaded model's factor at 1).
     """
 
     def __init__(
@@ -59,12 +68,17 @@ class Cycle(keras.optimizers.schedules.LearningRateSchedule):
             [initial, peak, warmup, decay], dtype=tf.float32, trainable=False, name="cycle"
         )
         self.start = tf.Variable(0, dtype=tf.int64, trainable=False, name="cycle_start")
+        self.callback_factor = tf.Variable(
+            1.0, dtype=tf.float32, trainable=False, name="cycle_callback_factor"
+        )
+        self._track_trackable(self.callback_factor, name="callback_factor", overwrite=True)
 
     def size(self, initial: float, peak: float, warmup: float, decay: float) -> None:
         """The cycle's new rates and lengths (steps)."""
         self.sizes.assign([initial, peak, warmup, decay])
 
-    def __call__(self, step: Any) -> Any:
+    def shape_at(self, step: Any) -> Any:
+        """The cycle's rate at `step` before `callback_factor`."""
         initial, peak, warmup, decay = tf.unstack(tf.convert_to_tensor(self.sizes))
         done = tf.cast(tf.cast(step, tf.int64) - tf.convert_to_tensor(self.start), tf.float32)
         done = tf.clip_by_value(done, 0.0, warmup + decay)
@@ -72,6 +86,31 @@ class Cycle(keras.optimizers.schedules.LearningRateSchedule):
         cosine = 0.5 * (1.0 + tf.cos(math.pi * (done - warmup) / decay))
         falling = peak * ((1.0 - self.alpha) * cosine + self.alpha)
         return tf.where(done < warmup, rising, falling)
+
+    def __call__(self, step: Any) -> Any:
+        return self.shape_at(step) * tf.convert_to_tensor(self.callback_factor)
+
+    def rescale(self, rate: float, current: float, step: Any) -> None:
+        """A callback set the rate to `rate` where the optimizer's is `current` (at
+        `step`): the factor becomes factor x rate / current. Where the rate is 0 (a
+        warm-up's start) and `rate` is not, nothing can be multiplied: said, not done."""
+        old = float(self.callback_factor.numpy())
+        if rate == current:
+            return
+        if current != 0:
+            self.callback_factor.assign(old * rate / current)
+            return
+        base = float(keras.ops.convert_to_numpy(self.shape_at(step)))
+        if old == 0 and base != 0:  # a rate set to 0 before, set again
+            self.callback_factor.assign(rate / base)
+            return
+        warnings.warn(
+            f"A callback set the learning rate to {rate:g} where the schedule's rate is 0 "
+            "(its warm-up starts at 0): a factor cannot scale it, so the rate is unchanged. "
+            "Set rates relative to the current one (e.g. lr * 0.5), or give WarmupCosine "
+            "warmup=0 / use OneCycle (which starts above 0).",
+            stacklevel=user_stacklevel(),
+        )
 
     def get_config(self) -> dict:
         initial, peak, warmup, decay = (float(v) for v in self.sizes.numpy())
@@ -84,13 +123,82 @@ class Cycle(keras.optimizers.schedules.LearningRateSchedule):
         }
 
 
+def _set_rate(optimizer: Any, value: Any, setter: Any) -> None:
+    """`ComposedRate`'s `learning_rate` setter: a number rescales a `Cycle`; anything
+    else (a schedule, a callable, a rate of another optimizer) goes to `setter`, the
+    optimizer class's own."""
+    cycle = optimizer._learning_rate
+    schedule = keras.optimizers.schedules.LearningRateSchedule
+    if isinstance(cycle, Cycle) and not isinstance(value, schedule) and not callable(value):
+        current = float(keras.ops.convert_to_numpy(optimizer._get_current_learning_rate()))
+        rate = float(keras.ops.convert_to_numpy(value))
+        cycle.rescale(rate, current, optimizer._iterations)
+        return
+    setter(optimizer, value)
+
+
+def _set_class(optimizer: Any, cls: type) -> None:
+    object.__dict__["__class__"].__set__(optimizer, cls)
+
+
+class ComposedRate:
+    """Lets the user's callbacks set the rate of an optimizer driven by a `Cycle`.
+
+    Keras refuses to set the rate of an optimizer created with a schedule. While a fit
+    runs, `FitClock` makes the optimizer (looking through loss scaling) an instance of a
+    subclass of its own class whose `learning_rate` setter multiplies the cycle instead
+    (`Cycle.rescale`); the getter is Keras'. The subclass reports the optimizer's class
+    as its `__class__`, so serialization, names and `isinstance` are unchanged; the fit's
+    end gives the optimizer its class back. Nothing global changes.
+    """
+
+    _made: ClassVar[dict[type, type]] = {}
+
+    @classmethod
+    def subclass(cls, base: Any) -> type:
+        """The composing subclass of optimizer class `base` (made once)."""
+        made = cls._made.get(base)
+        if made is None:
+            own = base.learning_rate  # Keras' property, or the class's override of it
+            made = type(
+                base.__name__,
+                (base,),
+                {
+                    "learning_rate": property(own.fget, lambda o, v: _set_rate(o, v, own.fset)),
+                    "__class__": property(lambda self: base, _set_class),
+                    "__module__": base.__module__,
+                    "__qualname__": base.__qualname__,
+                    "__doc__": base.__doc__,
+                },
+            )
+            cls._made[base] = made
+        return made
+
+    @classmethod
+    def on(cls, optimizer: Any) -> None:
+        """Makes `optimizer`'s rate settable by callbacks (when a `Cycle` drives it)."""
+        inner = getattr(optimizer, "inner_optimizer", optimizer)
+        if isinstance(getattr(inner, "_learning_rate", None), Cycle):
+            if type(inner) not in cls._made.values():
+                _set_class(inner, cls.subclass(type(inner)))
+
+    @classmethod
+    def off(cls, optimizer: Any) -> None:
+        """Gives `optimizer` its own class back."""
+        inner = getattr(optimizer, "inner_optimizer", optimizer)
+        if type(inner) in cls._made.values():
+            _set_class(inner, inner.__class__)
+
+
 class FitClock(keras.callbacks.Callback):
     """Keeps a schedule's `Cycle` at the position of the fit in progress.
 
     At a fit's start, a job of other epochs, steps or batch than the cycle's (a later
     `fit`) gets a cycle sized to it. At each epoch's start (and at its first batch when
     that is not batch 0: a resumed epoch), the cycle's start becomes the optimizer's step
-    count less the steps the job makes before that batch.
+    count less the steps the job makes before that batch. From the callbacks' `set_model`
+    to the fit's end, the user's callbacks may set the rate (`ComposedRate`); each
+    epoch's logs get `learning_rate` (unless a callback logged it first).
     """
 
     loop_batches_ok = True  # no per-step hook: the Trainer's loops keep their size
@@ -105,7 +213,13 @@ class FitClock(keras.callbacks.Callback):
         iterations = getattr(optimizer, "inner_optimizer", optimizer).iterations
         self.method.align(iterations, epoch, batch)
 
+    def set_model(self, model: keras.Model) -> None:
+        super().set_model(model)
+        if getattr(model, "optimizer", None) is not None:
+            ComposedRate.on(model.optimizer)
+
     def on_train_begin(self, logs: dict | None = None) -> None:
+        ComposedRate.on(self.model.optimizer)
         self.method.refit(self.params or {})
 
     def on_epoch_begin(self, epoch: int, logs: dict | None = None) -> None:
@@ -116,6 +230,14 @@ class FitClock(keras.callbacks.Callback):
         if self._epoch is not None and batch:
             self._align(self._epoch, batch)
         self._epoch = None
+
+    def on_epoch_end(self, epoch: int, logs: dict | None = None) -> None:
+        if logs is not None and "learning_rate" not in logs:
+            rate = self.model.optimizer.learning_rate
+            logs["learning_rate"] = float(keras.ops.convert_to_numpy(rate))
+
+    def on_train_end(self, logs: dict | None = None) -> None:
+        ComposedRate.off(self.model.optimizer)
 
 
 class _Schedule(Method):
