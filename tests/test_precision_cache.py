@@ -125,5 +125,6 @@ def test_a_short_fit_s_choice_says_the_rates_came_from_the_cache(probe):
     precision.choose()
     new_process()
     choice = policy.by_operations("float32", "a job of 12 steps is too short")
-    assert choice.policy == "mixed_bfloat16" and "read from the cache" in choice.reason
+    assert choice.policy == "float32" and "read from the cache" in choice.reason
+    assert "the operations' pick mixed_bfloat16" in choice.reason  # named, not adopted
     assert len(probe) == 1

@@ -14,7 +14,7 @@ from tfaccel.choices.passes import GradientLoops
 
 X = np.random.default_rng(0).random((256, 12), dtype=np.float32)
 Y = (X.sum(axis=1) > 6).astype(np.int32)
-EPOCHS, STEPS = 2, 100  # 200 steps: the least job an XLA-only probe fits in (5 %)
+EPOCHS, STEPS = 2, 100  # 100 steps an epoch: the least an XLA-only probe fits in (10 %)
 
 
 def data():
@@ -121,21 +121,38 @@ def test_a_short_job_is_not_measured_and_says_from_what_size_it_would_be(monkeyp
     t.fit(data(), epochs=1, steps_per_epoch=40, verbose=0)
     assert t.jit_compile is False
     assert t.jit_choice.reason == (
-        "not measured: a job of 40 steps is too short: the probe takes at least 10 steps and "
-        "XLA's compilation, more than 5% of it; from 200 steps up it is measured"
+        "not measured: a first epoch of 40 steps is too short: the probe takes at least 10 "
+        "steps and XLA's compilation, more than 10% of it; from 100 steps an epoch up it is "
+        "measured"
     )
-    assert t.settings["jit_compile"].startswith("False (not measured: a job of 40 steps")
+    assert t.settings["jit_compile"].startswith("False (not measured: a first epoch of 40")
+
+
+def test_a_long_declared_job_with_a_short_first_epoch_is_not_probed(monkeypatch):
+    """150 declared epochs (EarlyStopping may end it after a few): the probe is bounded by
+    the first epoch's 40 steps, not the 6,000 declared."""
+
+    def no_probe(*args, **kwargs):
+        raise AssertionError("timed")
+
+    monkeypatch.setattr(timing, "time_steps", no_probe)
+    t = trainer()
+    stop = keras.callbacks.EarlyStopping(monitor="loss", patience=0, min_delta=10.0)
+    t.fit(data(), epochs=150, steps_per_epoch=40, callbacks=[stop], verbose=0)
+    assert t.jit_compile is False and "a first epoch of 40 steps" in t.jit_choice.reason
 
 
 def test_the_first_readings_decline_a_probe_that_would_not_pay():
     first = {("float32", False): (0.5, 0.001)}  # traced in 0.5 s, 1 ms a step
-    why = timing.admit(first, steps=400, epoch_steps=100, spent_s=0.6)
-    # 0.6 s spent + 0.499 s tracing + 2 warm-up steps + 1 s of rounds = 2.101 s > 5 % of 0.4 s
+    why = timing.admit(first, epoch_steps=100, spent_s=0.6)
+    # 0.6 s spent + 0.499 s tracing + 2 warm-up steps + 6 ms of rounds = 1.107 s > 10 % of
+    # the first epoch's 0.1 s, whatever the declared epochs
     assert why == (
-        "declined: the first readings project a probe of 2.1 s, more than 5% of the job "
-        "(400 steps of 1 ms); from 42,020 steps up it is measured"
-    )
-    assert timing.admit(first, steps=42_021, epoch_steps=100, spent_s=0.6) is None
+        "declined: the first readings project a probe of 1.1 s, more than 10% of the first "
+        "epoch (100 steps of 1 ms); from 22,020 steps an epoch up it is measured"
+    )  # the rounds take 5 % of a longer epoch: 1.101 s fixed <= 5 % of 22,020 ms
+    assert timing.admit(first, epoch_steps=22_020, spent_s=0.6) is None
+    assert timing.admit(first, epoch_steps=21_000, spent_s=0.6) is not None
 
 
 def readings(rates, losses, dropped=None):
@@ -208,9 +225,9 @@ class NoXla(keras.layers.Layer):
 def test_what_is_not_measured_says_why_before_anything_runs():
     plain = build()
     assert xla_choice.not_compilable(plain) is None
-    assert timing.too_short_for_xla(200, 1) is None
-    assert timing.too_short_for_xla(399, 2).startswith(
-        "a job of 399 steps is too short: the probe takes at least 20 steps"
+    assert timing.too_short_for_xla(100, 1) is None
+    assert timing.too_short_for_xla(199, 2).startswith(
+        "a first epoch of 199 steps is too short: the probe takes at least 20 steps"
     )
     assert timing.too_short_for_xla(None, 1) == (
         "the job's length is unknown (pass steps_per_epoch)"

@@ -13,13 +13,15 @@ With more than one candidate, `choose` times matmuls and a convolution under eac
 (`operations`, at most ~2 s, once per machine: its rates are cached in a file under
 $TFACCEL_CACHE_DIR, default ~/.cache/tfaccel) and `tfaccel.Trainer(...,
 precision="auto")` times the user's own training step (`timing`, `resolution`); both
-keep float32 unless another candidate is at least `MIN_GAIN` (5 %) faster. On CPUs with AMX
-a CNN trained 3.5x faster in `mixed_bfloat16` and a tiny MLP 13 % slower: the choice is per
-model. A job too short to time the model (`timing.too_short`) takes the operations' pick
-when it is `RULE_GAIN` (1.5x) float32's or more (`by_operations`), else keeps the model's
-policy. On a multi-worker job the workers decide from the same rates (`operations_choice`):
-each worker's own reading, or one read from the cache while another measured, would let
-one time the model (collectives the others never call) or copy it under another policy.
+keep float32 unless another candidate is at least `MIN_GAIN` (5 %) faster, and the Trainer
+adopts a faster policy only when the paired loss check (`outcome`) finds it does not cost
+the path. On CPUs with AMX a CNN trained 3.5x faster in `mixed_bfloat16` and a tiny MLP
+13 % slower: the choice is per model. A job too short to time the model
+(`timing.too_short`) keeps the model's policy (`by_operations` names the operations'
+pick when it is `RULE_GAIN` (1.5x) float32's or more, not adopted untimed and unchecked).
+On a multi-worker job the workers decide from the same rates (`operations_choice`): each
+worker's own reading, or one read from the cache while another measured, would let one
+time the model (collectives the others never call) or copy it under another policy.
 """
 
 from __future__ import annotations
@@ -40,8 +42,8 @@ if TYPE_CHECKING:
 
 MIN_GAIN = 1.05  # another policy must be this much faster than float32 to be chosen
 """How much faster than float32 another policy must measure to be chosen by "auto"."""
-RULE_GAIN = 1.5  # a job too short to time: the operations' pick when this much faster
-"""How much faster than float32's the operations' pick must be to be taken untimed."""
+RULE_GAIN = 1.5  # a job too short to time: the operations' pick named when this much faster
+"""How much faster than float32's the operations' pick must be to be named (not adopted)."""
 CPU_BF16_FLAGS = ("amx_bf16", "avx512_bf16")
 """`/proc/cpuinfo` flags that make `mixed_bfloat16` a candidate on a CPU."""
 CPU_FP16_FLAGS = ("amx_fp16", "avx512_fp16")
@@ -188,16 +190,20 @@ def operations_choice(strategy: tf.distribute.Strategy | None = None) -> PolicyC
 
 
 def by_operations(kept: str, short: str, ops: PolicyChoice | None = None) -> PolicyChoice:
-    """A job too short to time the model (`short` says why): the operations' pick (`ops`,
-    default this machine's) when it is `RULE_GAIN` times float32's or more (a whole step
-    gains less than its matmuls), else `kept`."""
+    """A job too short to time the model (`short` says why): `kept`, whatever the
+    operations' rates (`ops`, default this machine's) say. Another policy changes the
+    numerics, and a faster step is adopted only after the paired loss check
+    (`outcome`), which such a job has no room for: the reason names the operations' pick
+    and that it was not adopted."""
     ops = ops or choose()
     gain = ops.rates.get(ops.policy, 0.0) / ops.rates.get("float32", float("inf"))
-    if ops.policy != "float32" and gain >= RULE_GAIN:
+    if ops.policy != kept and gain >= RULE_GAIN:
         return PolicyChoice(
-            ops.policy,
-            f"by the operations' rates, {gain:.2f}x float32's (>= {RULE_GAIN}x), not timed "
-            f"on the model: {short}" + (f"; the operations' {ops.source}" if ops.source else ""),
+            kept,
+            f"kept: not measured ({short}); the operations' pick {ops.policy} "
+            f"({gain:.2f}x float32's) changes the numerics, not adopted untimed and "
+            "without the paired loss check"
+            + (f"; the operations' {ops.source}" if ops.source else ""),
             dict(ops.rates),
             ops.unit,
         )

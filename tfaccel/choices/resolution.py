@@ -5,16 +5,25 @@ else: the step (`Step`: model, loss, strategy, the model-building function, whet
 step loops exist), what is still "auto" (`Asked`) and the job (`Job`: the checked training
 `Feed`, its length, the callbacks). In order:
 
-1. **dtype policy and XLA**, decided together from one probe:
-   - what may be timed: the policies this hardware offers (`policy.candidates`); XLA
-     unless the model cannot take it (`xla.not_compilable`) or the job is too short for
-     its compilation (`timing.too_short_for_xla`); without XLA to time, policies only
-     when the job can pay the probe back (`timing.too_short`, from the operations'
-     rates), else the operations' pick by rule (`policy.by_operations`);
+1. **dtype policy and XLA**, decided together from one probe, its cost bounded by the
+   *first* epoch (not the declared epochs: EarlyStopping may end the job early):
+   - what may be timed: the policies this hardware offers (`policy.candidates`), unless
+     the first epoch leaves no room for the paired loss check (`outcome.too_short`: the
+     model's policy is kept, `policy.by_operations` names the operations' pick); XLA
+     unless the model cannot take it (`xla.not_compilable`) or the first epoch is too
+     short for its compilation (`timing.too_short_for_xla`); without XLA to time,
+     policies only when the first epoch can pay the probe back (`timing.too_short`,
+     from the operations' rates);
    - one probe: the model's forward and backward passes on copies of the model and one
-     cached batch, each candidate with and without XLA (`timing.time_steps`);
+     cached batch, each candidate with and without XLA, in interleaved rounds until a
+     95 % interval tells them apart or the rounds' budget ends (`timing.time_steps`,
+     `readings.compare`: "no measurable difference" keeps the simpler setting);
    - the decisions: XLA per policy, then the policy from each one's faster step
-     (`xla.decide`), or the policy from its passes (`policy.decide`).
+     (`xla.decide`, `xla.policy_of`);
+   - judged by outcome: a faster policy changes the numerics, so it is adopted only
+     when a paired check finds its training loss after the same first batches no worse
+     than the kept policy's (`outcome.check`); otherwise the table says "faster steps,
+     not adopted: the loss after N examples was X vs Y".
 
    After `evaluate` built the step loops, both are kept as they are.
 2. **steps per loop**: a fixed value is the user's; "auto" is capped at one step a loop
@@ -37,7 +46,7 @@ from typing import Any
 import keras
 import tensorflow as tf
 
-from tfaccel.choices import policy, timing, xla
+from tfaccel.choices import outcome, policy, timing, xla
 from tfaccel.choices.choice import Choice
 from tfaccel.choices.loop_size import LoopSizer
 from tfaccel.choices.policy import PolicyChoice
@@ -57,6 +66,8 @@ class Step:
         builder: the user's model-building function (copies under a policy call it), or None.
         jit_compile: the step's XLA setting now.
         started: its step loops exist already (`evaluate` ran first): nothing changes.
+        optimizer: the user's optimizer (the paired loss check trains copies of it; None:
+            no other policy can be adopted).
     """
 
     model: keras.Model
@@ -65,6 +76,7 @@ class Step:
     builder: Callable | None = None
     jit_compile: bool = False
     started: bool = False
+    optimizer: Any = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -140,17 +152,24 @@ def _policy_and_xla(step: Step, asked: Asked, job: Job) -> tuple:
             XlaChoice(step.jit_compile, KEPT_AFTER_EVALUATE) if asked.jit_compile else None,
         )
     policies, why = policy.candidates() if asked.precision else ([kept], "")
-    steps, epoch_steps = job.steps, job.epoch_steps
+    epoch_steps = job.epoch_steps
+    unchecked = outcome.too_short(epoch_steps) if len(policies) > 1 else None
+    held = None  # the policy answer when no other policy can be adopted
+    if unchecked:  # no room for the paired check: other policies are not even timed
+        ops = policy.operations_choice(step.strategy) if epoch_steps else None
+        held = policy.by_operations(kept, unchecked, ops) if ops else None
+        held = held or PolicyChoice(kept, f"kept: not measured ({unchecked})")
+        policies = [kept]
     no_xla = asked.jit_compile and (
-        xla.not_compilable(model) or timing.too_short_for_xla(steps, len(policies))
+        xla.not_compilable(model) or timing.too_short_for_xla(epoch_steps, len(policies))
     )
     untimed = XlaChoice(False, f"not measured: {no_xla}") if no_xla else None
     with_xla = asked.jit_compile and not no_xla
     if not with_xla:  # policies alone, when they can pay the probe back
-        if len(policies) == 1:
-            return (PolicyChoice("float32", why) if asked.precision else None), untimed
-        ops = policy.operations_choice(step.strategy) if steps is not None else None
-        short = timing.too_short(policies, steps, ops)
+        if held is not None or len(policies) == 1:
+            return (held or PolicyChoice("float32", why)) if asked.precision else None, untimed
+        ops = policy.operations_choice(step.strategy) if epoch_steps is not None else None
+        short = timing.too_short(policies, epoch_steps, ops)
         if short:
             return policy.by_operations(kept, short, ops), untimed
     candidates = [(p, False) for p in policies]
@@ -165,16 +184,39 @@ def _policy_and_xla(step: Step, asked: Asked, job: Job) -> tuple:
             candidates,
             builder=step.builder,
             epoch_steps=epoch_steps,
-            admit=lambda first: timing.admit(
-                first, steps or 0, epoch_steps, time.perf_counter() - began
-            ),
+            admit=lambda first: timing.admit(first, epoch_steps, time.perf_counter() - began),
         )
     except ValueError as error:  # "auto" never stops training: the model is kept as it is
         reason = f"kept: not measured ({error})"
         chosen = PolicyChoice(kept, reason) if asked.precision else None
         return chosen, (XlaChoice(False, reason) if with_xla else untimed)
+    judge = _judge(step, job, kept)
     if with_xla:
-        return xla.decide(measured, policies, asked.precision)
-    rates = {p: measured["rates"][(p, False)] for p in policies}
-    chosen = policy.decide(rates, "examples/s", timing.described(measured))
-    return dataclasses.replace(chosen, cost_s=measured["seconds"]), untimed
+        chosen, jit = xla.decide(measured, policies, asked.precision, judge)
+        return (held if asked.precision and held is not None else chosen), jit
+    jits = dict.fromkeys(policies, False)
+    return judge(xla.policy_of(measured, policies, jits, timing.described(measured))), untimed
+
+
+def _judge(step: Step, job: Job, kept: str) -> Callable[[PolicyChoice], PolicyChoice]:
+    """The paired loss check (`outcome`) of a faster policy against `kept`."""
+
+    def judge(chosen: PolicyChoice) -> PolicyChoice:
+        if chosen.policy == kept:
+            return chosen
+        feed = job.probe_feed
+        run = lambda steps: outcome.paired_losses(  # noqa: E731
+            step.model, step.loss, step.strategy, feed, [kept, chosen.policy],
+            optimizer=step.optimizer, steps=steps, builder=step.builder,
+        )  # fmt: skip
+        batch = job.feed.global_batch
+        result = outcome.check(chosen.policy, kept, run, job.epoch_steps, batch, step.strategy)
+        cost = chosen.cost_s + result.cost_s
+        if result.adopted:
+            return dataclasses.replace(
+                chosen, reason=f"{chosen.reason}; {result.reason}", cost_s=cost
+            )
+        reason = f"{result.reason}; {chosen.policy}: {chosen.reason}"
+        return dataclasses.replace(chosen, value=kept, reason=reason, cost_s=cost)
+
+    return judge

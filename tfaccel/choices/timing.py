@@ -7,22 +7,30 @@ training data, after a warm-up, in alternating rounds (the fastest call counts: 
 slows a call down); the optimizer's update is float32 under every policy, so it is left
 out. Nothing of the user's run moves: the copies are thrown away, the data is read through
 its own iterator, and Python's, NumPy's and TensorFlow's global random states are put back.
-The timed rounds stay within `SHARE` of an epoch (at least `FLOOR_S`). On a multi-worker
+The timed rounds stay within `SHARE` of the first epoch (`FLOOR_S` when its length is
+unknown). On a multi-worker
 job every size and reading goes through `agreement.agree`, so that every worker runs the
 same calls and makes the same choice.
 
-What the probe costs decides whether it runs. Timing policies runs at least
-`probe_steps(n)` steps of the model's passes (a warm-up of two calls and `ROUNDS` timed
-calls per candidate), while the most a candidate can save is `1 - 1/gain` of every
-training step, the gain bounded by the operations' rates (`policy.choose`, once per
-machine; a whole step gains less): a job of fewer steps than `probe_steps(n) / (1 -
-1/gain)` is `too_short` (the mixed-precision guide's dense model, scaled to this CPU: a
-14.9 s probe for a 12-step job; bfloat16's operations 2.36x float32's, its training steps
-about 2x). XLA's compilation is the probe's big cost, so with XLA candidates the whole
-probe is bounded by `SHARE` of the job (epochs × steps): it is not run when its least cost
-(`PROBE_STEPS` steps per candidate) could not fit (`too_short_for_xla`), nor when the plain
-steps' first readings project more (`admit`: their tracing stands in for the compilation,
-which takes at least as long).
+What the probe costs decides whether it runs, bounded by the *first* epoch's projected
+time, not the declared epochs (a script declaring 150 epochs and relying on EarlyStopping
+reached its target in 6-8: a probe sized to 150 spent 3.0 s, 74 % of its start-up, on
+XLA). Timing policies runs at least `probe_steps(n)` steps of the model's passes (a
+warm-up of two calls and `ROUNDS` timed calls per candidate), while the most a candidate
+can save is `1 - 1/gain` of every training step, the gain bounded by the operations' rates
+(`policy.choose`, once per machine; a whole step gains less): a first epoch of fewer steps
+than `probe_steps(n) / (1 - 1/gain)` is `too_short` (the mixed-precision guide's dense
+model, scaled to this CPU: a 14.9 s probe for a 12-step job; bfloat16's operations 2.36x
+float32's, its training steps about 2x). XLA's compilation is the probe's big cost, so
+with XLA candidates the whole probe is bounded by `PROBE_SHARE` of the first epoch: it is
+not run when its least cost (`PROBE_STEPS` steps per candidate, twice) could not fit
+(`too_short_for_xla`), nor when the plain steps' first readings project more (`admit`:
+their tracing stands in for the compilation, which takes at least as long).
+
+The timed rounds compare the candidates under noise (`readings.compare`): interleaved
+rounds from `ROUNDS` up to `MAX_ROUNDS`, until the fastest is separated within a 95 %
+interval or the rounds' budget is spent; `tied` then says "no measurable difference"
+and the deciders keep the simpler setting (float32, the plain step).
 """
 
 from __future__ import annotations
@@ -32,7 +40,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from tfaccel.choices import passes, policy
+from tfaccel.choices import passes, policy, readings
 from tfaccel.choices.agreement import agree
 from tfaccel.choices.copies import build_symbolically, random_states_kept, under
 from tfaccel.choices.passes import GradientLoops
@@ -45,9 +53,11 @@ if TYPE_CHECKING:
 
     from tfaccel.data.assembly.feed import Feed
 
-SHARE = 0.05  # the timed rounds' cost: at most this share of one epoch (with XLA, of the job)
-ROUNDS = 3
-FLOOR_S = 1.0  # ... but never less than this (a short epoch still gets a reading)
+SHARE = 0.05  # the timed rounds' cost: at most this share of the first epoch
+PROBE_SHARE = 0.1  # with XLA, the whole probe: at most this share of the first epoch
+ROUNDS = 3  # interleaved rounds read before judging
+MAX_ROUNDS = 2 * ROUNDS  # ... and at most this many, within the rounds' budget
+FLOOR_S = 1.0  # the timed rounds' budget when the epoch's length is unknown
 PROBE_STEPS = 2 + ROUNDS  # per candidate, at least: warm-up and timed rounds
 
 
@@ -59,9 +69,9 @@ def probe_steps(candidates: int) -> int:
 def too_short(
     policies: list[str], job_steps: int | None, ops: PolicyChoice | None = None
 ) -> str | None:
-    """Why timing `policies` on a job of `job_steps` steps cannot pay (None: it may), from
-    the operations' rates `ops` (`policy.operations_choice`; default this machine's, once
-    per machine, cached).
+    """Why timing `policies` cannot pay within a first epoch of `job_steps` steps (None: it
+    may), from the operations' rates `ops` (`policy.operations_choice`; default this
+    machine's, once per machine, cached).
 
     Unknown length, or operations' rates not measured (hypothetical hardware): None.
     """
@@ -79,44 +89,65 @@ def too_short(
         return f"{best}: no step can gain what the probe's {least} steps cost"
     needed = math.ceil(least / (1 - 1 / gain))
     return (
-        f"a job of {job_steps} steps is too short: {best} save at most "
+        f"a first epoch of {job_steps} steps is too short: {best} save at most "
         f"{1 - 1 / gain:.0%} of each step, less than the probe's {least} steps; from "
         f"{needed:,} steps up it is measured"
     )
 
 
 def too_short_for_xla(steps: int | None, policies: int) -> str | None:
-    """Why a job of `steps` steps is not probed with XLA candidates (None: it is): its
-    length unknown, or the least probe (compilation included) over `SHARE` of it."""
+    """Why a first epoch of `steps` steps is not probed with XLA candidates (None: it
+    is): its length unknown, or the least probe (compilation included) over
+    `PROBE_SHARE` of it."""
     if steps is None:
         return "the job's length is unknown (pass steps_per_epoch)"
     least = 2 * probe_steps(policies)
-    if steps * SHARE < least:
+    if steps * PROBE_SHARE < least:
         return (
-            f"a job of {steps} steps is too short: the probe takes at least {least} steps and "
-            f"XLA's compilation, more than {SHARE:.0%} of it; from {math.ceil(least / SHARE)} "
-            "steps up it is measured"
+            f"a first epoch of {steps} steps is too short: the probe takes at least {least} "
+            f"steps and XLA's compilation, more than {PROBE_SHARE:.0%} of it; from "
+            f"{math.ceil(least / PROBE_SHARE)} steps an epoch up it is measured"
         )
     return None
 
 
-def admit(first: dict, steps: int, epoch_steps: int | None, spent_s: float) -> str | None:
+def admit(first: dict, epoch_steps: int | None, spent_s: float) -> str | None:
     """Why the jitted candidates are not compiled, from the plain ones' first readings
-    ({candidate: (first call s, step s)}): the probe they project exceeds `SHARE` of the
-    job. None: compile them."""
+    ({candidate: (first call s, step s)}): the probe they project exceeds `PROBE_SHARE`
+    of the first epoch. None: compile them."""
     step_s = next(iter(first.values()))[1]
     traces = sum(max(call - step, 0.0) for call, step in first.values())  # ~ the compiles
-    rounds = max(SHARE * step_s * (epoch_steps or 0), FLOOR_S)
-    rounds = max(rounds, ROUNDS * 2 * len(first) * step_s)
-    projected = spent_s + traces + 2 * len(first) * step_s + rounds  # + the jitted warm-ups
-    if step_s <= 0 or projected <= SHARE * steps * step_s:
+    least_rounds = ROUNDS * 2 * len(first) * step_s
+    fixed = spent_s + traces + 2 * len(first) * step_s  # + the jitted warm-ups
+    projected = fixed + max(rounds_budget(step_s, epoch_steps), least_rounds)
+    epoch = epoch_steps or 0
+    if step_s <= 0 or projected <= PROBE_SHARE * epoch * step_s:
         return None
-    threshold = math.ceil(projected / (SHARE * step_s))
+    # The rounds grow with the epoch (SHARE of it): the least epoch pays both.
+    threshold = math.ceil(
+        max((fixed + least_rounds) / PROBE_SHARE, fixed / (PROBE_SHARE - SHARE)) / step_s
+    )
     return (
         f"declined: the first readings project a probe of {projected:.2g} s, more than "
-        f"{SHARE:.0%} of the job ({steps} steps of {step_s * 1e3:.3g} ms); from "
-        f"{threshold:,} steps up it is measured"
+        f"{PROBE_SHARE:.0%} of the first epoch ({epoch} steps of {step_s * 1e3:.3g} ms); "
+        f"from {threshold:,} steps an epoch up it is measured"
     )
+
+
+def tied(measured: dict, simpler: tuple, other: tuple) -> str | None:
+    """ "No measurable difference ..." when the probe's interleaved readings of `other`
+    do not separate it from `simpler` (None: they do, or there are no readings)."""
+    both = measured.get("readings", {})
+    if simpler not in both or other not in both:
+        return None
+    names = {simpler: _name(simpler), other: _name(other)}
+    verdict = readings.judge({names[c]: both[c] for c in (simpler, other)})
+    return None if verdict.separated else verdict.reason
+
+
+def _name(candidate: tuple) -> str:
+    policy_name, jit = candidate
+    return f"{policy_name}{' + XLA' if jit else ''}"
 
 
 def time_policies(
@@ -132,9 +163,10 @@ def time_policies(
     """Examples/s of the passes under each policy, and what the measurement cost.
 
     The first policy is the reference: the timed rounds stay within `SHARE` of an epoch
-    of `epoch_steps` of its passes (at least `FLOOR_S`).
+    of `epoch_steps` of its passes (`FLOOR_S` when unknown).
 
-    Returns `{"rates": {policy: examples/s}, "steps": steps per timed call, "rounds",
+    Returns `{"rates": {policy: examples/s, the fastest reading}, "readings": {policy:
+    examples/s of each interleaved round}, "steps": steps per timed call, "rounds",
     "seconds": the whole probe, "timed_s": the timed rounds, "budget_s"}`.
     """
     steps = [(p, False) for p in policies]
@@ -142,6 +174,7 @@ def time_policies(
         model, loss, strategy, feed, steps, builder=builder, epoch_steps=epoch_steps
     )
     measured["rates"] = {p: measured["rates"][(p, False)] for p in policies}
+    measured["readings"] = {p: measured["readings"][(p, False)] for p in policies}
     return measured
 
 
@@ -182,30 +215,54 @@ def time_steps(
         loops = {c: GradientLoops(copies[c[0]], loss, strategy, c[1]) for c in candidates}
         first, dropped = passes.warm_up(loops, cached, admit, strategy)
         live = [c for c in candidates if c in first]
-        budget = max(SHARE * first[live[0]][1] * (epoch_steps or 0), FLOOR_S)
-        per_call = budget / (ROUNDS * len(live))
+        budget = rounds_budget(first[live[0]][1], epoch_steps)
+        per_call = budget / (MAX_ROUNDS * len(live))
         slowest = max(step for _, step in first.values())
         steps = int(agree(strategy, max(1, min(round(per_call / slowest), 1000))))
-        best = dict.fromkeys(live, float("inf"))
         timed = time.perf_counter()
-        for r in range(ROUNDS):
-            for c in live if r % 2 == 0 else list(reversed(live)):
-                best[c] = min(best[c], loops[c].seconds(False, cached, steps, 1)[0])
+        read = _reader(loops, cached, steps, batch or 1)
+        if len(live) > 1:
+            settle = lambda stop: not agree(strategy, float(not stop))  # noqa: E731
+            found = readings.compare(
+                read, live, budget_s=budget, min_rounds=ROUNDS, max_rounds=MAX_ROUNDS,
+                settle=settle,
+            )  # fmt: skip
+            rounds = found.readings
+        else:
+            rounds = {c: [read(c) for _ in range(ROUNDS)] for c in live}
         timed_s = time.perf_counter() - timed
-        best = {c: agree(strategy, s) for c, s in best.items()}  # the slowest worker's: one choice
+        # The slowest worker's readings: every worker decides alike.
+        rounds = {c: [-agree(strategy, -r) for r in rs] for c, rs in rounds.items()}
         jitted = any(jit for _, jit in live)
         losses = {c: loops[c].loss_once(cached) for c in live} if jitted else {}
     del cached, loops, copies
     return {
-        "rates": {c: (batch or 1) * steps / best[c] for c in live},
+        "rates": {c: max(rounds[c]) for c in live},
+        "readings": rounds,
         "losses": losses,
         "dropped": dropped,
         "steps": steps,
-        "rounds": ROUNDS,
+        "rounds": min(len(r) for r in rounds.values()),
         "seconds": time.perf_counter() - began,
         "timed_s": timed_s,
         "budget_s": budget,
     }
+
+
+def rounds_budget(step_s: float, epoch_steps: int | None) -> float:
+    """Seconds of timed rounds: `SHARE` of the first epoch's projected time (`FLOOR_S`
+    when its length is unknown)."""
+    return SHARE * step_s * epoch_steps if epoch_steps else FLOOR_S
+
+
+def _reader(loops: dict, cached: Any, steps: int, batch: int) -> Callable[[Any], float]:
+    """One reading of a candidate: examples/s of one timed call of `steps` passes."""
+
+    def read(candidate: Any) -> float:
+        seconds = loops[candidate].seconds(False, cached, steps, 1)[0]
+        return batch * steps / max(seconds, 1e-12)
+
+    return read
 
 
 def described(measured: dict) -> str:

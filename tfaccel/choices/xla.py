@@ -87,7 +87,8 @@ def not_compilable(model: keras.Model) -> str | None:
 
 
 def verdict(policy: str, measured: dict) -> tuple[bool, str]:
-    """Whether `policy`'s step is jitted: XLA compiled, `MIN_GAIN` faster, equal loss."""
+    """Whether `policy`'s step is jitted: XLA compiled, `MIN_GAIN` faster, told apart from
+    the plain step by the interleaved readings (`timing.tied`), equal loss."""
     rates, losses = measured["rates"], measured["losses"]
     if (policy, True) in measured["dropped"]:
         return False, measured["dropped"][(policy, True)]
@@ -102,20 +103,28 @@ def verdict(policy: str, measured: dict) -> tuple[bool, str]:
     equal = f"loss equal (|diff| {difference:.2g} <= {bound:.2g})"
     if gain < MIN_GAIN:
         return False, f"XLA only {gain:.2f}x the plain step (< {MIN_GAIN}x), {equal}"
+    tie = timing.tied(measured, (policy, False), (policy, True))
+    if tie:
+        return False, f"{tie}, {equal}"
     return True, f"XLA {gain:.2f}x the plain step (>= {MIN_GAIN}x), {equal}"
 
 
-def decide(measured: dict, policies: list[str], precision_open: bool) -> tuple:
+def decide(
+    measured: dict,
+    policies: list[str],
+    precision_open: bool,
+    judge: Callable[[PolicyChoice], PolicyChoice] | None = None,
+) -> tuple:
     """`(PolicyChoice or None, XlaChoice)` from `timing.time_steps`' readings: XLA per
-    policy (`verdict`), then the policy from each one's faster step."""
+    policy (`verdict`), then the policy from each one's faster step (`policy_of`), which
+    `judge` may overrule (the paired loss check, `outcome`) before XLA is decided for it."""
     rates, cost, what = measured["rates"], measured["seconds"], timing.described(measured)
     verdicts = {p: verdict(p, measured) for p in policies}
-    step_rates = {p: rates[(p, verdicts[p][0])] for p in policies}
     chosen = None
     if precision_open and len(policies) > 1:
         each = what.replace("passes,", "passes (each policy's with XLA where XLA won),", 1)
-        chosen = dtype_policies.decide(step_rates, "examples/s", each)
-        chosen = dataclasses.replace(chosen, cost_s=cost)
+        chosen = policy_of(measured, policies, {p: v[0] for p, v in verdicts.items()}, each)
+        chosen = judge(chosen) if judge is not None else chosen
     elif precision_open:
         chosen = PolicyChoice(policies[0], dtype_policies.candidates()[1])
     policy = chosen.policy if chosen is not None else policies[0]
@@ -123,6 +132,25 @@ def decide(measured: dict, policies: list[str], precision_open: bool) -> tuple:
     pairs = (("plain", (policy, False)), ("XLA", (policy, True)))
     figures = {k: rates[c] for k, c in pairs if c in rates}
     return chosen, XlaChoice(jit, f"{why}; measured on {what}", figures, cost_s=cost)
+
+
+def policy_of(
+    measured: dict, policies: list[str], jits: dict[str, bool], what: str
+) -> PolicyChoice:
+    """The policy from each one's step (jitted where `jits` says), `MIN_GAIN` faster than
+    the first (float32) and told apart from it by the interleaved readings (`what` names
+    the measurement in the reason)."""
+    step = {p: (p, jits.get(p, False)) for p in policies}
+    chosen = dtype_policies.decide(
+        {p: measured["rates"][c] for p, c in step.items()}, "examples/s", what
+    )
+    if chosen.policy != policies[0]:
+        tie = timing.tied(measured, step[policies[0]], step[chosen.policy])
+        if tie:
+            chosen = dataclasses.replace(
+                chosen, value=policies[0], reason=f"{tie}; {chosen.reason}"
+            )
+    return dataclasses.replace(chosen, cost_s=measured["seconds"])
 
 
 def speedup(

@@ -130,7 +130,11 @@ class Report:
         lines.append(self._memory_line())
         lines.append(self._compute_line())
         lines.append(self.mfu.line() if self.mfu else "MFU: not measured (FLOPs not countable).")
-        lines.append("Fixes, best first (predicted examples/s after ÷ now):")
+        lines.append(
+            "Fixes, best first (predicted examples/s after ÷ now; those that change the "
+            "numerics after those that keep them: their gain is in examples/s, not time "
+            "to accuracy):"
+        )
         if not self.fixes:
             lines.append("  none found")
         for i, fix in enumerate(self.fixes, 1):

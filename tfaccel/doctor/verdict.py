@@ -110,14 +110,20 @@ class Fix:
     measured: float | None = None  # the speed-up measured of the part it changes, if any
     numerics: bool = False  # changes what is computed (precision, batch): the path may change
     code: str | None = None  # for a model.fit script: the Keras statement, run on `model`
+    outcome: str | None = None  # a numerics fix: the paired loss check's verdict, if run
 
     def line(self) -> str:
-        """One line: the action, its predicted gain, why, and when it applies."""
+        """One line: the action, its predicted gain, why, and when it applies. A fix that
+        changes the numerics is not predicted as a time-to-accuracy gain without a paired
+        loss check's verdict (`outcome`): its gain is stated in examples/s."""
         gain = "" if self.gain is None else f" (predicted {self.gain:.2f}x)"
+        if self.gain is not None and self.numerics and self.outcome is None:
+            gain = f" (predicted {self.gain:.2f}x examples/s; time to accuracy unchecked)"
         when = f", {self.condition}" if self.condition else ""
         numerics = (
             "; changes the numerics: the gain is in examples/s, the epochs to the target may "
-            "grow (adopt it once the loss after the same examples is no worse)"
+            "grow (adopt it once a paired check finds the loss after the same examples no "
+            "worse" + (f": {self.outcome})" if self.outcome else ")")
             if self.numerics
             else ""
         )

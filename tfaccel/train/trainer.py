@@ -190,23 +190,23 @@ class Trainer(TrainerState):
         self._make_runner(policy)
 
     def _apply_methods(
-        self, train: Feed, callbacks: list[Callback], steps_per_epoch: int | None, epochs: int
+        self, train: Feed, callbacks: list[Callback], schedule: Schedule
     ) -> tuple[Feed, list[Callback]]:
         """`methods=`, planned at the first fit (the runner made anew around the plan's loss,
         metrics and optimizer when a method applies); (train, callbacks) with its own."""
         parts = self.model, self.loss, self.metrics, self._given_optimizer, self.strategy
         given = methods_setup.Ingredients(*parts, self.accumulate_steps)
-        made = self.methods.plan_once(given, train, steps_per_epoch, epochs)
+        made = self.methods.plan_once(given, train, schedule.steps_per_epoch, schedule.epochs)
         if made is not None:
             self.loss, self.metrics, self._given_optimizer = made.loss, made.metrics, made.optimizer
             self._make_runner(self.model.dtype_policy.name)
-        return self.methods.apply(train, callbacks, lambda: self.runner.retrace())
+        return self.methods.apply(train, callbacks, lambda: self.runner.retrace(), schedule)
 
     def _prepare(self, train: Feed, validation, schedule: Schedule, callbacks: list):
         """Before step 1: input checked, "auto" resolved once and applied, loops built."""
         self.feed(train, steps=schedule.steps_per_epoch, build=False)
         parts = self.model, self.loss, self.strategy, self._builder, self.jit_compile
-        step = resolution.Step(*parts, started=self.runner.loops is not None)
+        step = resolution.Step(*parts, self.runner.loops is not None, self._given_optimizer)
         asked = self._asked.left(self.precision_choice, self.jit_choice)
         epochs = schedule.epochs - schedule.initial_epoch
         job = resolution.Job(train, schedule.steps_per_epoch, epochs, callbacks)
@@ -391,7 +391,7 @@ class Trainer(TrainerState):
         faults = FaultPolicy(divergence_loops, restore_on_divergence, exit_on_preemption)
         clock.lap("arguments and array inputs")
         train = Feed.of(train_data, self.strategy, what="training")  # a Feed is reused
-        train, callbacks = self._apply_methods(train, callbacks, steps_per_epoch, epochs)
+        train, callbacks = self._apply_methods(train, callbacks, schedule)
         clock.lap("feed build")
         schedule.validation = self._prepare(train, validation_data, schedule, callbacks)
         remainder.warn_if_dropped(train, self.jit_compile)
