@@ -20,9 +20,11 @@ rate (constant or scheduled) is multiplied by `growth ** rate_power` in each sta
 square-root rule adaptive optimizers (Adam) follow when the batch grows (`rate_power=1`
 for SGD's linear rule, 0 to leave the rate alone).
 
-The Trainer keeps one global batch through a job (its exact resume counts examples by
-it), so it refuses this method (`"fast"` drops it there, saying so); use it with
-`model.fit` through `methods.for_fit`.
+In the Trainer (`tfaccel.train.state.batch_stages`) each epoch's batches are regrouped
+alike in its input stream (the stage a function of the epoch, the step loop traced once
+for all stages) and a resume stays exact: the checkpoint records the stage and the
+batches read. It needs one optimizer step a batch (no `accumulate_steps`) and global
+batches (a `job.batch_fixed` job refuses it; `"fast"` drops it there, saying so).
 """
 
 from __future__ import annotations
@@ -132,7 +134,8 @@ class ProgressiveBatch(Method):
 
     Raises:
         ValueError: bad `stages` / `until` / `final`; at `check`, a job without a static
-            batch, a final batch below the start, or the Trainer (one batch per job).
+            batch, a final batch below the start, or a Trainer job that cannot regroup its
+            batches (`accumulate_steps`, a dataset function on several replicas).
     """
 
     name = "progressive batch"
@@ -153,8 +156,8 @@ class ProgressiveBatch(Method):
         ),
         hurts=(
             "alone at Adam's rate (fewer steps lengthen the path); short jobs, which leave "
-            "too few steps to grow in; `model.fit` only: the Trainer keeps one global batch "
-            'for its exact resume and refuses it (`"fast"` drops it there, saying so)'
+            "too few steps to grow in; in the Trainer, `accumulate_steps` or a dataset "
+            'function on several replicas, which it refuses (`"fast"` drops it there, saying so)'
         ),
         measured=(
             "Alone (4×): epochs 1.14× (CNN, 3 of 5 seeds), 1.00× (ResNet, table), 1.29× "
@@ -255,9 +258,10 @@ class ProgressiveBatch(Method):
     def check(self, job: Job) -> None:
         if job.batch_fixed:
             raise ValueError(
-                "ProgressiveBatch changes the batch between epochs; the Trainer keeps one "
-                "global batch for its exact resume. Use it with model.fit through "
-                "tfaccel.methods.for_fit, or give the Trainer the final batch."
+                "ProgressiveBatch regroups the Trainer's global batches between epochs: it "
+                "needs accumulate_steps=1 and global batches (a batched tf.data.Dataset, or a "
+                "dataset function on one replica and one worker). Drop accumulate_steps or "
+                "pass the dataset itself, or give the Trainer the final batch."
             )
         if not job.batch_size:
             raise ValueError(

@@ -19,6 +19,7 @@ import tensorflow as tf
 from tfaccel.data.order import augment_seeds
 from tfaccel.train.loop.notes import Notes
 from tfaccel.train.state import hyperparameters
+from tfaccel.train.state.batch_stages import RECORD_KEY, BatchStages
 from tfaccel.train.state.checkpoint import ITERATOR_KEYS, POSITION_KEYS, CheckpointState
 from tfaccel.train.state.policies import Checkpointing
 
@@ -38,6 +39,8 @@ class Checkpoints:
         checkpointing: where and when to save, how to resume (`policies.Checkpointing`).
         run_shape: what a resume must share with the saved run (kept and updated here).
         notes: where a resume's changes are said.
+        stages: the progressive batch's stages (None: one batch): each save records the
+            stage and the data's position in start batches; a resume reads it.
 
     Attributes:
         state: the `CheckpointState`, or None without a directory.
@@ -51,8 +54,10 @@ class Checkpoints:
         checkpointing: Checkpointing,
         run_shape: dict[str, Any],
         notes: Notes,
+        stages: BatchStages | None = None,
     ) -> None:
         self.runner = runner
+        self.stages = stages
         self.every = checkpointing.every
         self.resume = checkpointing.resume
         self.run_shape = run_shape
@@ -123,7 +128,8 @@ class Checkpoints:
 
     def restore(self, *, epochs: int, initial_epoch: int, steps_per_epoch: int | None) -> int:
         """Restores the newest readable checkpoint, if any, and sets the runner's position;
-        returns the applied steps done in this run's shape (0: a fresh start)."""
+        returns the applied steps done in this run's shape (0: a fresh start); with batch
+        stages, the batches of the start size read."""
         path, state = None, self.state
         if state is not None:
             # The optimizer's state comes from the checkpoint; its hyperparameters are the user's.
@@ -155,10 +161,31 @@ class Checkpoints:
             if not (old and new):
                 return step
             return -(-step * old * old_k // (new * new_k))  # applied steps of the new shape
+        if self.stages is not None:
+            steps_per_epoch = self.stages.steps_in(epoch)
         if steps_per_epoch is not None and in_epoch >= steps_per_epoch:
             epoch, in_epoch = epoch + 1, 0  # a checkpoint of a finished epoch's last step
+        if self.stages is not None:
+            return self._stage_after_restore(state, epoch, in_epoch)
         self.runner.set_position(epoch=epoch, epoch_step=in_epoch)
         return epoch * (steps_per_epoch or 0) + in_epoch
+
+    def _stage_after_restore(self, state: CheckpointState, epoch: int, in_epoch: int) -> int:
+        """With batch stages: the position of the batches the checkpoint read (its record,
+        or one start batch a step without one); returns them."""
+        assert self.stages is not None
+        saved = (state.saved_shape or {}).get(RECORD_KEY)
+        batches, step = self.stages.resumed(epoch, in_epoch, saved)
+        restored, epoch = (epoch, in_epoch), batches // self.stages.steps_per_epoch
+        if (epoch, step) != restored or saved is None:
+            self.notes.table["batch stage on resume"] = (
+                f"{batches} batches of {self.stages.batch} read ("
+                f"{'no stage recorded' if saved is None else 'recorded stage: ' + str(saved)})"
+                f"; this run goes on at epoch {epoch + 1}, step {step}, batch "
+                f"{self.stages.factor(epoch) * self.stages.batch}"
+            )
+        self.runner.set_position(epoch=epoch, epoch_step=step)
+        return batches
 
     def _announce(self, state: CheckpointState, path: str, epochs: int) -> None:
         step, epoch, in_epoch = self.runner.position
@@ -219,6 +246,9 @@ class Checkpoints:
         step = self.runner.position.step
         if self.state is not None and self.last_saved != step:
             self.state.run_shape.value.update(self.runner.run_shape())  # e.g. an on_oom split
+            if self.stages is not None:
+                _, epoch, in_epoch = self.runner.position
+                self.state.run_shape.value[RECORD_KEY] = self.stages.record(epoch, in_epoch)
             self.state.save(step)
             self.last_saved = step
 

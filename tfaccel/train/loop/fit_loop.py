@@ -34,6 +34,7 @@ from tfaccel.train.loop.progress import ProgressBar
 from tfaccel.train.loop.stream import Stream
 from tfaccel.train.loop.validation import Validation
 from tfaccel.train.setup import arguments
+from tfaccel.train.state.batch_stages import BatchStages
 from tfaccel.train.state.policies import Checkpointing, FaultPolicy
 from tfaccel.train.step.runner_interface import Batches, LoopResult, RunnerInterface
 
@@ -55,6 +56,7 @@ class Schedule:
     validation_steps: int | None = None
     sizer: LoopSizer | None = None
     verbose: int | str = 1
+    stages: BatchStages | None = None  # the progressive batch's (`methods_setup` sets them)
 
     def __post_init__(self) -> None:
         arguments.check_initial_epoch(self.initial_epoch)  # in the order fit checked them
@@ -96,7 +98,8 @@ class FitLoop:
         self.sizer: LoopSizer = schedule.sizer or LoopSizer("auto")
         self.epochs = schedule.epochs
         self.initial_epoch = schedule.initial_epoch
-        self.input = Stream(train, schedule.steps_per_epoch, runner.batches_per_step)
+        self.stages = schedule.stages
+        self.input = Stream(train, schedule.steps_per_epoch, runner.batches_per_step, self.stages)
         self.steps_per_epoch = steps_per_epoch = self.input.steps_per_epoch
         train = self.input.feed
         self.validation = Validation(schedule.validation, schedule.validation_steps)
@@ -120,7 +123,9 @@ class FitLoop:
             "input_pipelines": train.pipelines,  # a changed count resumes only a global order
             "input_order": train.order,
         }
-        self.checkpoints = Checkpoints(runner, train, checkpointing, run_shape, self.said)
+        self.checkpoints = Checkpoints(
+            runner, train, checkpointing, run_shape, self.said, self.stages
+        )
         restore = self.checkpoints.restore_last_good if faults.restore_on_divergence else None
         self.divergence = Divergence(faults.divergence_loops, restore)
         self.preemption = Preemption(runner.strategy, faults.exit_on_preemption)
@@ -140,13 +145,16 @@ class FitLoop:
         self.checkpoints.close()
 
     def _iterator(self, resumed_steps: int = 0) -> Batches:
-        """A new iterator over the training input, positioned after `resumed_steps` steps;
-        a stream's joins the checkpoint when it can (else a resumed run skips what was done)."""
-        checkpoints = self.checkpoints
+        """A new iterator over the training input, positioned after `resumed_steps` steps
+        (with batch stages: batches of the start size); a stream's joins the checkpoint
+        when it can (else a resumed run skips what was done)."""
+        checkpoints, first = self.checkpoints, resumed_steps
+        if self.stages is not None and not resumed_steps:  # e.g. initial_epoch
+            first = self.stages.batches_before(*self.runner.position[1:])
         iterator = self.input.iterator(
-            resumed_steps, positions=checkpoints.enabled, notes=self.said
+            resumed_steps, positions=checkpoints.enabled, notes=self.said, first=first
         )
-        if self.input.stream:
+        if self.input.stream and self.stages is None:
             checkpoints.track_iterator(iterator)
         return iterator
 
@@ -179,6 +187,7 @@ class FitLoop:
                 first = skip_in_epoch if epoch == start_epoch else 0
                 if not first:
                     self.runner.reset_metrics()
+                self._stage(epoch)
                 self.callbacks.on_epoch_begin(epoch)
                 if not stream:
                     iterator = self._iterator()
@@ -206,6 +215,13 @@ class FitLoop:
             checkpoints.wait()
         self.callbacks.on_train_end(epoch_logs)
         return self.runner.model.history
+
+    def _stage(self, epoch: int) -> None:
+        """With batch stages: `epoch`'s steps (its stage's), for the loop and the progress."""
+        if self.stages is not None:
+            self.steps_per_epoch = self.stages.steps_in(epoch)
+            params = self.callbacks.params or {}
+            self.callbacks.set_params({**params, "steps": self.steps_per_epoch})
 
     def _loop_size(self, done: int) -> int:
         want = self.sizer.next()

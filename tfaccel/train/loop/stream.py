@@ -8,7 +8,9 @@ distributed iterators cannot be saved, so they are fast-forwarded with `skip` ov
 steps already done (exact for a deterministic, seeded pipeline; cheap when the pipeline
 caches). Datasets of unknown length get a new iterator each epoch and, on resume, restart
 the interrupted epoch. With gradient accumulation an epoch counts applied steps of
-`accumulate` batches each.
+`accumulate` batches each. With the progressive batch (`batch_stages.BatchStages`) the
+stream is regrouped epoch by epoch, never saved with the checkpoint: a resume skips the
+batches read (of the start size) and regroups from there.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from tfaccel.train.step import accumulation
 if TYPE_CHECKING:
     from tfaccel.data import Feed
     from tfaccel.train.loop.notes import Notes
+    from tfaccel.train.state.batch_stages import BatchStages
     from tfaccel.train.step.runner_interface import Batches
 
 
@@ -35,6 +38,8 @@ class Stream:
         train: the training `Feed`.
         steps_per_epoch: `fit`'s (batches; None: the data's length, when known).
         accumulate: batches per applied step (the runner's `batches_per_step`).
+        stages: the progressive batch's stages (None: one batch); their `source` feed
+            (without the methods' maps, which follow the regrouping) is read.
 
     Attributes:
         feed: the feed read (repeated when its length made `steps_per_epoch`).
@@ -42,7 +47,16 @@ class Stream:
         steps_per_epoch: applied steps per epoch (None: until the data ends).
     """
 
-    def __init__(self, train: Feed, steps_per_epoch: int | None, accumulate: int = 1):
+    def __init__(
+        self,
+        train: Feed,
+        steps_per_epoch: int | None,
+        accumulate: int = 1,
+        stages: BatchStages | None = None,
+    ):
+        self.stages = stages
+        if stages is not None and stages.source is not None:
+            train = stages.source
         self.stream = steps_per_epoch is not None or train.steps >= 0
         self.endless = train.steps == tf.data.INFINITE_CARDINALITY
         if steps_per_epoch is None and train.steps >= 0:
@@ -55,11 +69,17 @@ class Stream:
 
     def saveable(self) -> bool:
         """Whether an iterator of it can join a checkpoint (asked before making it): one
-        stream, read by a plain `tf.data` iterator (a strategy that distributes nothing)."""
-        return self.stream and self.feed.iterator_saveable()
+        stream, read by a plain `tf.data` iterator (a strategy that distributes nothing),
+        not regrouped by batch stages (a resume skips to their position)."""
+        return self.stream and self.stages is None and self.feed.iterator_saveable()
 
     def iterator(
-        self, resumed_steps: int = 0, *, positions: bool = False, notes: Notes | None = None
+        self,
+        resumed_steps: int = 0,
+        *,
+        positions: bool = False,
+        notes: Notes | None = None,
+        first: int = 0,
     ) -> Batches:
         """A new iterator, positioned after `resumed_steps` applied steps.
 
@@ -71,12 +91,15 @@ class Stream:
                 restarts the epoch's input).
         """
         feed = self.feed
-        if positions and self.stream and feed.symbolic_supported():
+        if positions and self.stream and self.stages is None and feed.symbolic_supported():
             feed = feed.symbolic()
         if resumed_steps:
             feed = feed.skipped(resumed_steps * self.accumulate)
             if feed.service is not None and notes is not None:
                 notes.table["resume"] = RESUME_NOTE
+        stages = self.stages
+        if stages is not None:
+            feed = feed.mapped(lambda dataset: stages.regroup(dataset, first))
         return iterators.adopt(iter(feed.distribute(endless=self.endless)))
 
 

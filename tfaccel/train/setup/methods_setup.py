@@ -12,14 +12,16 @@ epochs x steps (`methods.schedules.FitClock`), never the end of the first one's.
 State on resume: EMA's averages are optimizer state, saved with it; the schedule's
 position is the fit's epoch and step (read on the optimizer's restored step count);
 freezing and resizing stages are functions of the epoch; stochastic depth's seeds are
-block variables, saved with the model.
+block variables, saved with the model; the progressive batch's stage is a function of the
+epoch, and its data position is counted in start batches (`state.batch_stages`, which
+regroups the fit loop's stream: each epoch's batches grown by its stage's factor).
 """
 
 from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
 import keras
 import tensorflow as tf
@@ -27,9 +29,11 @@ import tensorflow as tf
 from tfaccel import methods as methods_lib
 from tfaccel.data.assembly.feed import Feed
 from tfaccel.methods.base import MethodPlan
+from tfaccel.methods.batch_growth import ProgressiveBatch
 from tfaccel.methods.batch_maps import transform
 from tfaccel.methods.composition import MethodsArg
 from tfaccel.methods.freezing import FreezeEarlyLayers
+from tfaccel.train.state.batch_stages import BatchStages
 from tfaccel.train.step import accumulation
 from tfaccel.train.step.losses import PerExampleLoss
 
@@ -106,7 +110,7 @@ def plan(
         epochs,
         accumulation.applied_steps(int(steps), given.accumulate_steps),  # optimizer steps
         train.global_batch,
-        batch_fixed=True,
+        batch_fixed=not regroupable(train, given),
     )
     loss, metrics = given.loss, given.metrics
     with given.strategy.scope():
@@ -117,6 +121,23 @@ def plan(
         if made.one_hot:
             metrics = [_categorical(m) for m in metrics]
     return made, dataclasses.replace(given, loss=loss, metrics=metrics, optimizer=made.optimizer)
+
+
+def regroupable(train: Feed, given: Ingredients) -> bool:
+    """Whether the Trainer can grow this job's batch (`methods.ProgressiveBatch`): one
+    optimizer step a batch (no `accumulate_steps`), and batches of the global batch (a
+    dataset, or a dataset function whose pipelines each feed one replica)."""
+    one_replica = given.strategy.num_replicas_in_sync == 1
+    whole = train.pipelines == 1 and (one_replica or not train.is_function)
+    return given.accumulate_steps == 1 and whole
+
+
+class Scheduled(Protocol):
+    """What `Methods.apply` sets of the fit's schedule (`fit_loop.Schedule`)."""
+
+    epochs: int
+    steps_per_epoch: int | None
+    stages: BatchStages | None
 
 
 def _categorical(metric: keras.metrics.Metric) -> keras.metrics.Metric:
@@ -140,6 +161,7 @@ class Methods:
     def __init__(self, argument: MethodsArg) -> None:
         self.argument = check_argument(argument)
         self.plan: MethodPlan | None = None
+        self.stages: BatchStages | None = None  # the last fit's progressive batch
 
     def plan_once(
         self, given: Ingredients, train: Feed, steps_per_epoch: int | None, epochs: int
@@ -158,18 +180,23 @@ class Methods:
         train: Feed,
         callbacks: list[keras.callbacks.Callback],
         retrace: Callable[[], None],
+        schedule: Scheduled | None = None,
     ) -> tuple[Feed, list[keras.callbacks.Callback]]:
         """Every fit: the training feed with the plan's batch maps, and the callbacks with
-        the plan's (a freezing callback retraces the step loops with `retrace`). Returns
-        (feed, callbacks)."""
+        the plan's (a freezing callback retraces the step loops with `retrace`); with the
+        progressive batch, `schedule.stages` (the loop regroups its stream, then maps it).
+        Returns (feed, callbacks)."""
         made = self.plan
         if self.argument is None or made is None:
             return train, callbacks
         for callback in made.callbacks:
             if isinstance(callback, FreezeEarlyLayers):
                 callback.retrace = retrace
+        source = train
         if made.maps:
             train = train.mapped(lambda dataset: transform(dataset, made.maps, made.seed))
+        if schedule is not None:
+            schedule.stages = self.stages = _stages(made, source, schedule)
         return train, [*callbacks, *made.callbacks]
 
     def feed(self, data: Any, strategy: tf.distribute.Strategy, what: str) -> Feed:
@@ -188,7 +215,29 @@ class Methods:
         return feed.mapped(made.evaluation_data) if made.one_hot else feed
 
     def rows(self) -> dict[str, str]:
-        """Settings-table rows: each method applied and what it changes; each dropped."""
+        """Settings-table rows: each method applied and what it changes; each dropped; the
+        batch stages (each stage's batch, epochs and steps, and the step loop's traces)."""
         if self.plan is None:
             return {}
-        return {f"method: {name}": text for name, text in self.plan.table()}
+        rows = {f"method: {name}": text for name, text in self.plan.table()}
+        if self.stages is not None:
+            rows["batch_stages"] = self.stages.describe()
+        return rows
+
+
+def _stages(made: MethodPlan, source: Feed, schedule: Scheduled) -> BatchStages | None:
+    """The fit's batch stages when the plan grows the batch (`ProgressiveBatch`): each
+    epoch's factor as the method's callback sets it, over `source` (the feed before the
+    plan's maps, which follow the regrouping as in `methods.for_fit`)."""
+    grown = [m for m in made.methods if isinstance(m, ProgressiveBatch)]
+    if not grown or grown[0].callback is None:
+        return None
+    steps = schedule.steps_per_epoch or source.steps
+    batch = source.global_batch
+    assert steps > 0 and batch, "the plan checked a known batch and length"
+    stage = grown[0].callback.factor_at
+    factors = tuple(stage(epoch) for epoch in range(max(schedule.epochs, 1)))
+    then = None
+    if made.maps:
+        then = lambda dataset: transform(dataset, made.maps, made.seed)  # noqa: E731
+    return BatchStages(factors, steps, batch, then=then, source=source)
