@@ -15,7 +15,7 @@ from test_methods_trainer import max_diff
 
 import tfaccel
 from tfaccel import methods
-from tfaccel.methods.schedules import Cycle
+from tfaccel.methods.schedules import ComposedRate, Cycle
 
 LOSS = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
 EPOCHS, STEPS, PEAK = 4, 4, 0.05  # dataset(): 64 rows in batches of 16
@@ -262,3 +262,18 @@ def test_without_methods_keras_behaves_as_it_does():
     ours = trainer(None)
     history = ours.fit(dataset(), epochs=3, verbose=0)
     assert "learning_rate" not in history.history  # nothing added without a method
+
+
+def test_through_loss_scaling_the_inner_optimizer_composes():
+    """The Trainer wraps the optimizer for float16: a rate set on the wrapper reaches the
+    cycle of the one inside, which gets its own class back at the fit's end."""
+    _, plan = compiled_plan([methods.OneCycle(peak=PEAK)])
+    inner = plan.optimizer
+    scaled = keras.optimizers.LossScaleOptimizer(inner)
+    ComposedRate.on(scaled)
+    assert isinstance(inner, keras.optimizers.SGD) and inner.__class__ is keras.optimizers.SGD
+    scaled.learning_rate = float(scaled.learning_rate) * 0.25
+    assert float(plan.methods[0].schedule.callback_factor.numpy()) == pytest.approx(0.25)
+    assert float(scaled.learning_rate) == pytest.approx(one_cycle_by_hand(0) * 0.25)
+    ComposedRate.off(scaled)
+    assert type(inner) is keras.optimizers.SGD
