@@ -218,6 +218,10 @@ def test_sparse_metrics_compiled_as_given_are_refused_before_step_1():
         epochs=1,
         loss="sparse_categorical_crossentropy",
     )
+    names = [name for name, _ in plan.table()]
+    assert names[names.index("labels") + 1] == "metrics"
+    assert "metrics=plan.metrics([...])" in plan.describe()
+    assert "metrics" not in [name for name, _ in plan_of().table()]  # labels kept sparse
     model.compile(plan.optimizer, plan.loss, metrics=["sparse_categorical_accuracy"])
     before = model.get_weights()
     with pytest.raises(ValueError, match=r"metrics=plan.metrics\(\[...\]\)"):

@@ -145,12 +145,26 @@ class SparseMetricsGuard(keras.callbacks.Callback):
             )
 
 
+# The settings table's row when for_fit made the labels one-hot.
+METRICS_NOTE = (
+    "compile with metrics=plan.metrics([...]): sparse metrics become their categorical twins "
+    "under their own names (compiled as given, they are refused before step 1)"
+)
+
+
 class FitPlan(MethodPlan):
     """`for_fit`'s plan: a `MethodPlan` with the validation data `validation_split` held
     out (`validation_data`, None without a split) and the metrics to compile with
     (`metrics(...)`)."""
 
     validation_data: Any = None
+
+    def table(self) -> list[tuple[str, str]]:
+        """`MethodPlan.table`, with a "metrics" row after "labels" when the labels were
+        made one-hot: how to compile the metrics."""
+        rows = super().table()
+        at = next((i + 1 for i, (name, _) in enumerate(rows) if name == "labels"), None)
+        return rows if at is None else [*rows[:at], ("metrics", METRICS_NOTE), *rows[at:]]
 
     def metrics(self, metrics: Any) -> Any:
         """The metrics to compile with: `metrics` as given, or, when the plan made the
