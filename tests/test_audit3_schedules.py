@@ -247,6 +247,7 @@ def test_a_replaced_user_schedule_is_warned_and_in_the_table():
 
 
 def test_fast_drops_the_progressive_batch_in_the_trainer_with_a_warning_at_verbose_0():
+    """Under gradient accumulation, where the Trainer does not grow the batch."""
     x, y = images(32)
     data = tf.data.Dataset.from_tensor_slices((x, y)).batch(8)
     ours = tfaccel.Trainer(
@@ -254,8 +255,9 @@ def test_fast_drops_the_progressive_batch_in_the_trainer_with_a_warning_at_verbo
         loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
         strategy=tf.distribute.get_strategy(),
         methods="fast",
+        accumulate_steps=2,
     )
     with pytest.warns(UserWarning, match="progressive batch dropped: does not fit this job") as got:
         ours.fit(data, epochs=1, verbose=0)
     said = [str(w.message) for w in got if "progressive batch" in str(w.message)]
-    assert len(said) == 1 and "global batch" in said[0]
+    assert len(said) == 1 and "accumulate_steps=1" in said[0]

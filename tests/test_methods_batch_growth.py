@@ -134,18 +134,21 @@ def test_without_a_final_batch_it_grows_by_growth_in_its_stages():
     assert methods.ProgressiveBatch().growth(32) == 4  # the default
 
 
-def test_the_trainer_refuses_it_and_fast_drops_it_there_with_the_reason():
+def test_a_trainer_job_that_cannot_regroup_refuses_it_and_fast_drops_it_with_the_reason():
+    """The Trainer grows the batch (tests/test_trainer_progressive_batch.py), but not under
+    gradient accumulation (a `batch_fixed` job)."""
     job = methods.Job(model(), LOSS, keras.optimizers.Adam(), data().element_spec, 2, 16, 4)
-    with pytest.raises(ValueError, match="one\\s+global batch"):
+    with pytest.raises(ValueError, match="accumulate_steps=1"):
         methods.ProgressiveBatch().check(dataclasses.replace(job, batch_fixed=True))
     images = tf.data.Dataset.from_tensor_slices(
         (RNG.normal(size=(16, 8, 8, 1)).astype("float32"), RNG.integers(0, 3, 16))
     ).batch(4)
     net = keras.Sequential([keras.Input((8, 8, 1)), keras.layers.Flatten(), keras.layers.Dense(3)])
-    trainer = tfaccel.Trainer(net, optimizer="adam", loss=LOSS, methods="fast")
-    trainer.fit(images, epochs=1, verbose=0)
+    trainer = tfaccel.Trainer(net, optimizer="adam", loss=LOSS, methods="fast", accumulate_steps=2)
+    with pytest.warns(UserWarning, match="progressive batch dropped"):
+        trainer.fit(images, epochs=1, verbose=0)
     dropped = dict(trainer.methods.plan.dropped)
-    assert "global batch" in dropped["progressive batch"]
+    assert "accumulate_steps=1" in dropped["progressive batch"]
 
 
 @pytest.mark.parametrize(
