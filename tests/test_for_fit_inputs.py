@@ -228,6 +228,9 @@ def test_sparse_metrics_compiled_as_given_are_refused_before_step_1():
         model.fit(plan.dataset, callbacks=plan.callbacks, verbose=0)
     for a, b in zip(model.get_weights(), before, strict=True):
         np.testing.assert_array_equal(a, b)
+    model.compile(plan.optimizer, keras.losses.SparseCategoricalCrossentropy())
+    with pytest.raises(ValueError, match="compile with loss=plan.loss"):
+        model.fit(plan.dataset, callbacks=plan.callbacks, verbose=0)
 
 
 # -- the job's kind from the model -------------------------------------------------------

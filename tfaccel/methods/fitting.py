@@ -130,11 +130,17 @@ def _sparse_names(config: Any) -> list[str]:
 
 
 class SparseMetricsGuard(keras.callbacks.Callback):
-    """Refuses, before step 1, a model compiled with sparse metrics when the plan made the
-    labels one-hot (they would fail at step 1 on a shape), naming the way out."""
+    """Refuses, before step 1, a model compiled with a sparse loss or sparse metrics when
+    the plan made the labels one-hot (they would fail at step 1 on a shape), naming the
+    way out."""
 
     def on_train_begin(self, logs: dict | None = None) -> None:
         config = self.model.get_compile_config() or {}
+        if _sparse_names(config.get("loss")):
+            raise ValueError(
+                "The model is compiled with a sparse loss, but the methods made the labels "
+                "one-hot: compile with loss=plan.loss (and optimizer=plan.optimizer)."
+            )
         found = _sparse_names([config.get("metrics"), config.get("weighted_metrics")])
         if found:
             raise ValueError(
