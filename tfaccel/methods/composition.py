@@ -22,8 +22,11 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Callable, Iterable
+from typing import Any
 
 from tfaccel.callbacks._steps import user_stacklevel
+from tfaccel.methods.adaptive import auto
+from tfaccel.methods.adaptive.plateau import Plateau
 from tfaccel.methods.averaging import EMA
 from tfaccel.methods.base import Card, Job, Method, MethodPlan
 from tfaccel.methods.batch_growth import ProgressiveBatch
@@ -34,13 +37,14 @@ from tfaccel.methods.label_methods import CutMix, LabelSmoothing, MixUp
 from tfaccel.methods.resizing import ProgressiveResizing
 from tfaccel.methods.schedules import OneCycle, WarmupCosine
 
-# What a `methods=` argument may be: "fast", "none", None, a method or methods.
+# What a `methods=` argument may be: "fast", "auto", "none", None, a method or methods.
 MethodsArg = str | Method | Iterable[Method] | None
 # The order methods are applied in (maps are ordered by their own stage).
 ORDER = (
     ProgressiveBatch,  # first: the schedules are sized to the steps its stages make
     OneCycle,
     WarmupCosine,
+    Plateau,
     EMA,
     LabelSmoothing,
     MixUp,
@@ -50,7 +54,7 @@ ORDER = (
     StochasticDepth,
 )
 _GROUPS = (
-    ((OneCycle, WarmupCosine), "one learning-rate schedule at a time"),
+    ((OneCycle, WarmupCosine, Plateau), "one learning-rate schedule at a time"),
     ((MixUp, CutMix), "one batch mixing at a time (both mix the same pairs of labels)"),
     (
         (EMA, LayerFreezing),
@@ -192,11 +196,13 @@ FAST_CARD = Card(
 
 
 def resolve(methods: MethodsArg, kind: str | None = None, job: Job | None = None) -> list[Method]:
-    """The methods a `methods=` argument names: a list of `Method`s, or "fast" / "none".
+    """The methods a `methods=` argument names: a list of `Method`s, or "fast" / "auto" /
+    "none" ("auto" names "fast"'s stack here: what it trains with when it declines to
+    probe; `plan_for` probes).
 
     Args:
-        methods: "fast", "none", None, a `Method`, or a list of them.
-        kind: the job's kind for "fast": "image", "sequence" or "tabular".
+        methods: "fast", "auto", "none", None, a `Method`, or a list of them.
+        kind: the job's kind for "fast" and "auto": "image", "sequence" or "tabular".
         job: the `Job`, for a "fast" stack that depends on its length (sequence, tabular).
 
     Raises:
@@ -206,10 +212,14 @@ def resolve(methods: MethodsArg, kind: str | None = None, job: Job | None = None
     if methods is None or methods == "none":
         return []
     if isinstance(methods, str):
-        if methods != "fast":
-            raise ValueError(f"methods={methods!r}: use 'fast', 'none' or a list of methods.")
+        if methods not in ("fast", "auto"):
+            raise ValueError(
+                f"methods={methods!r}: use 'fast', 'none', 'auto' or a list of methods."
+            )
         if kind not in FAST:
-            raise ValueError(f"methods='fast' needs the job's kind, one of {KINDS}; got {kind!r}.")
+            raise ValueError(
+                f"methods={methods!r} needs the job's kind, one of {KINDS}; got {kind!r}."
+            )
         return FAST[kind](job)
     if isinstance(methods, type) and issubclass(methods, Method):
         raise TypeError(_a_class(methods, "is"))
@@ -220,7 +230,7 @@ def resolve(methods: MethodsArg, kind: str | None = None, job: Job | None = None
     except TypeError:
         raise TypeError(
             f"methods={methods!r}: use 'fast', 'none', a method or a list of methods (e.g. "
-            "[methods.LabelSmoothing(0.1), methods.EMA(0.99)])."
+            "[methods.LabelSmoothing(0.1), methods.EMA(0.99)]), or 'auto'."
         ) from None
     for item in items:
         if isinstance(item, type) and issubclass(item, Method):
@@ -268,7 +278,12 @@ def compose(methods: list[Method]) -> tuple[list[Method], list[tuple[str, str]]]
 
 
 def plan_for(
-    methods: MethodsArg, job: Job, *, kind: str | None = None, seed: int | None = None
+    methods: MethodsArg,
+    job: Job,
+    *,
+    kind: str | None = None,
+    seed: int | None = None,
+    data: Any = None,
 ) -> MethodPlan:
     """Resolves, composes, checks and applies `methods` to `job`; returns the `MethodPlan`
     (without a dataset: `for_fit` and the Trainer transform theirs with `plan.maps`).
@@ -276,18 +291,28 @@ def plan_for(
     (`kinds.kind_of`).
 
     With "fast", a method whose check fails is dropped with its reason; a method the
-    user named raises.
+    user named raises. With "auto", the stack is chosen by probes on `data` (the batched
+    training `tf.data.Dataset`; `adaptive.auto`): without data, or on a job too short to
+    pay for them, it declines to "fast"'s stack at once, saying why; the plan's `chosen`
+    holds the comparison measured.
 
     Warns:
         UserWarning: for each method or schedule left out (the plan's `dropped`), why.
     """
-    fast = methods == "fast"
     kind, note = read_kind(job.element_spec, job.model, kind)  # the model, else the rank
+    seed = 0 if seed is None else int(seed)  # the batches' content varies the draws
+    why = None
+    if methods == "auto":
+        choice = _auto(job, kind, seed, data)
+        methods, why = choice.methods, choice.text + note
+    fast = methods == "fast"
     chosen, dropped = compose(resolve(methods, kind, job))
     plan = MethodPlan(job)
     plan.dropped = dropped
-    plan.chosen = _why_fast(kind, job) + note if fast else None
-    plan.seed = 0 if seed is None else int(seed)  # the batches' content varies the draws
+    if fast:
+        why = f"{why}: {_why_fast(kind, job)}" if why else _why_fast(kind, job) + note
+    plan.chosen = why
+    plan.seed = seed
     for method in chosen:
         try:
             method.check(plan.job)
@@ -303,3 +328,26 @@ def plan_for(
     for name, why in plan.dropped:  # the settings table says it too, at INFO when verbose=0
         warnings.warn(f"tfaccel.methods: {name} dropped: {why}", stacklevel=user_stacklevel())
     return plan
+
+
+def length_free(stack: list[Method]) -> list[Method]:
+    """`stack` with each `OneCycle` replaced by `Plateau` at its scale (no end date)."""
+    return [Plateau(scale=m.scale) if isinstance(m, OneCycle) else m for m in stack]
+
+
+def _auto(job: Job, kind: str, seed: int, data: Any) -> auto.AutoChoice:
+    """The choice of `methods="auto"`: none, "fast" or "fast" with `Plateau`, probed."""
+    if data is None:
+        return auto.declined(job, "no training data was given to probe", "fast")
+    candidates: auto.Candidates = {
+        "none": lambda made: [],
+        "fast": lambda made: "fast",
+        "fast-plateau": lambda made: length_free(FAST[kind](made)),
+    }
+    return auto.choose(
+        job,
+        data,
+        candidates,
+        lambda argument, made: plan_for(argument, made, kind=kind, seed=seed),
+        seed=seed,
+    )
