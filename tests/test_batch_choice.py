@@ -433,11 +433,14 @@ def test_one_fast_reading_does_not_choose_the_batch():
 
     # 32 read 10 % faster than 16 once: alone, it would be the knee.
     assert search([(16, 100.0), (32, 110.0)], confirm=False).best_batch_size == 32
-    # Timed again (32 first, then 16): 32 at 90, 16 at 100 — both average 100: 16 stays.
-    report = search([(16, 100.0), (32, 110.0), (32, 90.0), (16, 100.0)])
+    # Read again in interleaved rounds (32 first, then 16; then 16, 32; ...): 32 at 90,
+    # 100, 100, 100 and 16 at 100 each time: no measurable difference, 16 stays (the simpler).
+    again = [(32, 90.0), (16, 100.0), (16, 100.0), (32, 100.0)]
+    again += [(32, 100.0), (16, 100.0), (16, 100.0), (32, 100.0)]  # 5 rounds: the most
+    report = search([(16, 100.0), (32, 110.0), *again])
     rates = {r.batch_size: r.examples_per_second for r in report.rows if r.fits}
     assert rates == pytest.approx({16: 100.0, 32: 100.0})
-    assert report.best_batch_size == 16
-    # A real gain survives the second reading.
-    report = search([(16, 100.0), (32, 150.0), (32, 140.0), (16, 105.0)])
+    assert report.best_batch_size == 16 and "no measurable difference" in report.compared
+    # A real gain survives the readings: separated after the third round.
+    report = search([(16, 100.0), (32, 150.0), (32, 140.0), (16, 105.0), (16, 100.0), (32, 145.0)])
     assert report.best_batch_size == 32

@@ -26,6 +26,9 @@ import math
 import statistics
 import time
 from collections.abc import Callable, Hashable, Mapping, Sequence
+from typing import Any, TypeVar
+
+C = TypeVar("C", bound=Hashable)
 
 CONFIDENCE = 0.95
 """The two-sided confidence of the interval that must exclude "no difference"."""
@@ -69,7 +72,7 @@ class Comparison:
 
     chosen: Hashable
     separated: bool
-    readings: Mapping[Hashable, list[float]]
+    readings: Mapping[Any, list[float]]
     reason: str
     rounds: int
 
@@ -88,7 +91,7 @@ def _log_ratios(a: Sequence[float], b: Sequence[float]) -> list[float]:
     return [math.log(x / y) for x, y in zip(a, b, strict=False) if x > 0 and y > 0]
 
 
-def judge(readings: Mapping[Hashable, Sequence[float]], unit: str = "examples/s") -> Comparison:
+def judge(readings: Mapping[C, Sequence[float]]) -> Comparison:
     """Decides from paired readings ({candidate: readings, simplest first}; round i of
     each is paired): the fastest by geometric mean when its interval over every other
     excludes equality, else the simplest candidate it cannot be told from.
@@ -136,13 +139,13 @@ def _range(low: float, high: float) -> str:
 
 
 def compare(
-    read: Callable[[Hashable], float],
-    candidates: Sequence[Hashable],
+    read: Callable[[C], float],
+    candidates: Sequence[C],
     *,
     budget_s: float | None = None,
     min_rounds: int = 3,
     max_rounds: int = 10,
-    prior: Mapping[Hashable, Sequence[float]] | None = None,
+    prior: Mapping[C, Sequence[float]] | None = None,
     clock: Callable[[], float] = time.perf_counter,
     settle: Callable[[bool], bool] | None = None,
 ) -> Comparison:

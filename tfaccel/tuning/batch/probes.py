@@ -16,6 +16,7 @@ import keras
 import tensorflow as tf
 
 from tfaccel.callbacks._steps import wait_for
+from tfaccel.choices import readings
 from tfaccel.errors import NoBatchSizeFitsError
 from tfaccel.tuning.batch import budget, early, inputs, noise_probe
 from tfaccel.tuning.batch.budget import TimeLimit
@@ -29,6 +30,9 @@ from tfaccel.tuning.oom import (
 )
 
 logger = logging.getLogger("tfaccel")
+
+CONFIRM_ROUNDS = 3  # the knee and the first candidate: interleaved rounds read at least
+CONFIRM_MAX_ROUNDS = 5  # ... and at most, within the time limit
 
 
 class ProbeTimer(keras.callbacks.Callback):
@@ -108,6 +112,7 @@ class Search:
         # The noise scale continues from it.
         self.last_model: keras.Model | None = None
         self.declined: str | None = None  # why the first reading stopped the search
+        self.compared: str | None = None  # the knee not told apart from the first candidate
 
     @property
     def steps_cap(self) -> int | None:
@@ -225,38 +230,55 @@ class Search:
         return batch_size / seconds if seconds > 0 else None
 
     def confirm_knee(self, knee: float) -> None:
-        """Times the knee and the first candidate once more, the knee first.
+        """Compares the knee with the first candidate by interleaved readings
+        (`tfaccel.choices.readings.compare`): their first readings and `CONFIRM_ROUNDS`
+        - 1 more rounds at least (the knee first), up to `CONFIRM_MAX_ROUNDS` until a 95 %
+        interval separates them.
 
         A batch is chosen for being faster than the first candidate (on the recipes'
         path, the user's own batch); one noisy reading must not decide it. Each of the
-        two rows' examples/s becomes the mean of its two readings, and the knee is
-        found again from them. Skipped when the time limit (and the noise scale's
-        reserve) leaves too little for the two probes.
+        two rows' examples/s becomes the mean of its readings. When the interval does
+        not separate the knee as faster, `compared` says so ("no measurable
+        difference") and the first candidate, the simpler setting, stays the knee.
+        Skipped when the time limit (and the noise scale's reserve) leaves too little for
+        the least rounds.
         """
         timed = [(r, r.examples_per_second) for r in self.rows if r.fits and r.examples_per_second]
         best = knee_batch_size(self.rows, knee)
         if not timed or self.last_model is None or best in (None, timed[0][0].batch_size):
             return
-        pair = [next(t for t in timed if t[0].batch_size == best), timed[0]]
+        pair = [timed[0], next(t for t in timed if t[0].batch_size == best)]  # simplest first
         cost = sum((self.steps + 1) * r.batch_size / rate for r, rate in pair)
         left = self.time_limit.left(self.rows)
+        room = None
         if left is not None:
             reserve = noise_probe.reserve(self, best, left) if self.noise_asked else 0.0
-            if cost + reserve > left:
+            room = left - reserve
+            if (CONFIRM_ROUNDS - 1) * cost > room:
                 return
-        for row, rate in pair:
-            try:
-                again = self.time_steps(row.batch_size)
-            except Exception as error:  # noqa: BLE001 - only out-of-memory is caught
-                if not is_out_of_memory(error):
-                    raise
-                return  # the first reading stands (a probe that fit once may not again)
-            if again is None:
-                continue
-            mean = (rate + again) / 2
+        sizes = [r.batch_size for r, _ in pair]
+        try:
+            found = readings.compare(
+                self._reading, sizes, budget_s=None if room is None else room - cost,
+                min_rounds=CONFIRM_ROUNDS,
+                max_rounds=CONFIRM_MAX_ROUNDS, prior={r.batch_size: [rate] for r, rate in pair},
+            )  # fmt: skip
+        except Exception as error:  # noqa: BLE001 - only out-of-memory is caught
+            if not is_out_of_memory(error):
+                raise
+            return  # the first readings stand (a probe that fit once may not again)
+        for row, _ in pair:
+            taken = [v for v in found.readings[row.batch_size] if v > 0]
             index = self.rows.index(row)
-            self.rows[index] = dataclasses.replace(row, examples_per_second=mean)
-            logger.info("batch %d: timed again at %.1f examples/s", row.batch_size, again)
+            self.rows[index] = dataclasses.replace(row, examples_per_second=statistics.fmean(taken))
+            logger.info("batch %d: read at %s examples/s", row.batch_size, taken)
+        self.compared = None
+        if found.chosen == sizes[0]:  # the simpler setting stays the knee
+            self.compared = f"batch {sizes[1]} against batch {sizes[0]}: {found.reason}"
+
+    def _reading(self, batch_size: int) -> float:
+        """One more reading of a candidate's examples/s (0.0: none)."""
+        return self.time_steps(batch_size) or 0.0
 
     def probe(self, batch_size: int) -> ProbeRow:
         """Runs one candidate (or predicts it over budget) and records its row."""

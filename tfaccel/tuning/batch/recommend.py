@@ -114,10 +114,11 @@ def recommend(
             float(learning_rate),
             rule,
             True,
-            f"no larger batch pays: the {why} allows {report.best_batch_size} "
-            f"({report.limits_line()}); batch {batch_size} kept",
+            f"no larger batch pays: the {why} allows {report.best_batch_size}"
+            f"{_limits(report)}; batch {batch_size} kept"
+            + (f" ({report.compared})" if report.compared else ""),
         )
-    reason = f"batch {best}, decided by the {why} ({report.limits_line()})"
+    reason = f"batch {best}, decided by the {why}{_limits(report)}"
     if rule == "linear":
         reason += "; warm the rate up with callbacks.LinearScalingWarmup"
     return _scaled(best, batch_size, learning_rate, rule, reason)
@@ -157,6 +158,13 @@ def before_probing(
         f"{min_steps_per_epoch} steps an epoch (at most {cap})"
     )
     return Recommendation(batch_size, float(learning_rate), rule, True, f"{room}; kept")
+
+
+def _limits(report: BatchSizeReport) -> str:
+    """The report's limits in parentheses, or nothing when it lists none (a report made
+    by hand or read from an older file): never an empty "()"."""
+    line = report.limits_line()
+    return f" ({line})" if line else ""
 
 
 def _scaled(batch, base_batch, base_rate, rule, reason) -> Recommendation:

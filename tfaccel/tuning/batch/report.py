@@ -122,6 +122,10 @@ class BatchSizeReport:
             `effective_batch_size // accumulate_steps` (None without an effective batch).
         declined: when the time limit stopped the search at its first reading: what it
             spent, and from what job size (or `budget_s`) the next probe fits; else None.
+        compared: when the knee, read again in interleaved rounds, was not faster than
+            the first candidate within a 95 % interval: the readings' verdict ("no
+            measurable difference ...: kept the simpler ..."), the first candidate then
+            the knee; else None.
     """
 
     max_batch_size: int
@@ -142,6 +146,7 @@ class BatchSizeReport:
     limits: dict = dataclasses.field(default_factory=dict)
     noise_scale_error: float | None = None
     declined: str | None = None
+    compared: str | None = None
 
     @property
     def accumulation_batch_size(self) -> int | None:
@@ -224,6 +229,8 @@ class BatchSizeReport:
             text.append(f"search capped by {_CAPS[self.capped_by].format(self.examples)}")
         if self.declined:
             text.append(self.declined)
+        if self.compared:
+            text.append(self.compared)
         if self.accumulate_steps is not None:
             text.append(
                 f"effective batch {self.effective_batch_size} = {self.accumulate_steps} x "

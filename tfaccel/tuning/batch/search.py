@@ -161,6 +161,7 @@ def _report(run, chosen, search: BatchSearch, budget, on_gpu, began) -> BatchSiz
         limits=chosen["limits"],
         decided_by=chosen["decided_by"],
         declined=run.declined,
+        compared=run.compared,
         accumulate_steps=(
             None
             if effective is None
@@ -225,6 +226,8 @@ def _choose(run, largest, search: BatchSearch, multiple):
     rows = run.rows
     max_batch_size = max(r.batch_size for r in rows if r.fits)
     knee_batch = knee_batch_size(rows, knee) or largest
+    if run.compared is not None:  # the knee was not told apart from the first candidate
+        knee_batch = next(r.batch_size for r in rows if r.fits and r.examples_per_second)
     capped_by = _capped_by(rows)
     best, decided_by = knee_batch, "throughput knee"
     if knee_batch == max_batch_size and capped_by in ("memory", "steps per epoch"):

@@ -1,0 +1,154 @@
+"""One answer under noise (issue 67): throughput compared by interleaved readings until a
+95 % interval separates the candidates or a budget ends; "no measurable difference"
+keeps the simpler setting — in the precision and XLA choice and the batch finder."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+
+from tfaccel import tuning
+from tfaccel.choices import readings, xla
+from tfaccel.tuning.batch.report import BatchSizeReport, ProbeRow
+
+F32, BF16 = "float32", "mixed_bfloat16"
+
+
+def test_overlapping_readings_say_no_measurable_difference_and_keep_the_simpler():
+    # bfloat16's best reading is 1.3x float32's, but round by round they cross
+    found = readings.judge({F32: [100.0, 120.0, 95.0, 110.0], BF16: [130.0, 90.0, 105.0, 100.0]})
+    assert found.chosen == F32 and not found.separated
+    # geometric means 105.8 and 105.3; the paired log-ratios' interval, by hand: exp(0.0052
+    # -+ 3.182 x 0.234 / 2) = 0.69-1.47x
+    assert found.reason == (
+        "no measurable difference between float32, mixed_bfloat16 (float32 1.01x "
+        "mixed_bfloat16, 0.69-1.47x over 4 interleaved round(s), 95% interval): kept the "
+        "simpler float32"
+    )
+
+
+def test_separated_readings_pick_the_faster():
+    found = readings.judge({F32: [100.0, 110.0, 95.0], BF16: [205.0, 215.0, 190.0]})
+    assert found.chosen == BF16 and found.separated
+    assert found.reason.startswith("mixed_bfloat16 fastest: 2.00x float32 (1.89-2.12x over 3")
+    # the paired log-ratios by hand: ln(2.05), ln(215/110), ln(2.0)
+    low, high = readings.interval([0.7178, 0.6702, 0.6931])
+    assert low > 0 and high < 0.8
+    assert readings.t_quantile(2) == 4.303 and readings.interval([1.0]) == (
+        -float("inf"),
+        float("inf"),
+    )
+
+
+def test_the_fastest_of_three_must_beat_each_other_or_the_simplest_tied_is_kept():
+    three = {16: [100.0, 101.0, 99.0], 32: [150.0, 149.0, 152.0], 64: [151.0, 150.0, 150.0]}
+    found = readings.judge(three)
+    assert found.chosen == 32 and not found.separated  # 64 not told apart from 32
+    assert "no measurable difference between 32, 64" in found.reason
+
+
+def fake_read(values: dict):
+    """Readings served in order for each candidate, recording the order they are read in."""
+    streams = {c: iter(v) for c, v in values.items()}
+    order: list = []
+
+    def read(candidate):
+        order.append(candidate)
+        return next(streams[candidate])
+
+    return read, order
+
+
+def test_compare_interleaves_and_stops_once_separated():
+    read, order = fake_read({F32: [100.0] * 10, BF16: [200.0, 202.0, 199.0] + [200.0] * 7})
+    found = readings.compare(read, [F32, BF16], min_rounds=3)
+    assert found.chosen == BF16 and found.rounds == 3
+    assert order == [F32, BF16, BF16, F32, F32, BF16]  # alternating: a drift touches both
+
+
+def test_compare_reads_up_to_its_most_rounds_or_budget_then_keeps_the_simpler():
+    read, order = fake_read(
+        {F32: itertools.cycle([100.0, 120.0]), BF16: itertools.cycle([120.0, 100.0])}
+    )
+    found = readings.compare(read, [F32, BF16], min_rounds=2, max_rounds=6)
+    assert found.rounds == 6 and found.chosen == F32 and not found.separated
+    ticks = itertools.count()
+    read, order = fake_read(
+        {F32: itertools.cycle([100.0, 120.0]), BF16: itertools.cycle([120.0, 100.0])}
+    )
+    spent = readings.compare(read, [F32, BF16], min_rounds=2, budget_s=3, clock=lambda: next(ticks))
+    assert spent.rounds < 6 and spent.chosen == F32
+    # the workers settle together: one that wants to go on keeps every worker reading
+    read, order = fake_read({F32: [100.0] * 4, BF16: [200.0] * 4})
+    settled = readings.compare(read, [F32, BF16], min_rounds=2, settle=lambda stop: len(order) >= 8)
+    assert settled.rounds == 4
+    with pytest.raises(ValueError, match="two or more candidates"):
+        readings.compare(read, [F32])
+    with pytest.raises(ValueError, match="min_rounds <= max_rounds"):
+        readings.compare(read, [F32, BF16], min_rounds=1)
+
+
+def probe(rates, readings_, losses=None):
+    return {
+        "rates": rates,
+        "readings": readings_,
+        "losses": losses or dict.fromkeys(rates, 0.5),
+        "dropped": {},
+        "steps": 4,
+        "rounds": 4,
+        "seconds": 1.0,
+    }
+
+
+def test_xla_and_precision_keep_the_simpler_setting_when_the_readings_overlap():
+    plain, jit = (F32, False), (F32, True)
+    noisy = {plain: [100.0, 125.0, 95.0, 110.0], jit: [130.0, 96.0, 104.0, 100.0]}
+    _, chosen = xla.decide(probe({plain: 110.0, jit: 130.0}, noisy), [F32], False)
+    assert chosen.jit_compile is False  # best reading 1.18x, but the rounds cross
+    assert chosen.reason.startswith("no measurable difference between float32, float32 + XLA")
+    clear = {plain: [100.0, 101.0, 99.0], jit: [150.0, 152.0, 149.0]}
+    _, chosen = xla.decide(probe({plain: 101.0, jit: 152.0}, clear), [F32], False)
+    assert chosen.jit_compile is True
+    both = {(F32, False): [100.0, 125.0, 95.0], (BF16, False): [130.0, 96.0, 104.0]}
+    rates = {(F32, False): 125.0, (BF16, False): 130.0 * 1.2}
+    picked = xla.policy_of(probe(rates, both), [F32, BF16], {}, "fake")
+    assert picked.policy == F32 and "no measurable difference" in picked.reason
+
+
+def report(**kwargs) -> BatchSizeReport:
+    rows = [ProbeRow(16, True, 100.0, 10.0, "ok"), ProbeRow(32, True, 180.0, 12.0, "ok")]
+    fields = dict(
+        max_batch_size=32, best_batch_size=32, rows=rows, mode="power", knee=0.1,
+        memory_budget_mb=None, memory_kind="host", probe_seconds=1.0,
+    )  # fmt: skip
+    return BatchSizeReport(**{**fields, **kwargs})
+
+
+def test_recommend_never_gives_an_empty_reason_in_parentheses():
+    grown = tuning.recommend(report(), batch_size=16, learning_rate=0.1, optimizer="sgd")
+    assert grown.batch_size == 32 and "()" not in grown.reason
+    assert grown.reason.startswith("batch 32, decided by the knee; warm the rate up")
+    kept = tuning.recommend(
+        report(best_batch_size=16), batch_size=16, learning_rate=0.1, optimizer="sgd"
+    )
+    assert kept.reason == "no larger batch pays: the knee allows 16; batch 16 kept"
+    limited = tuning.recommend(
+        report(limits={"memory": 32, "throughput knee": 32}),
+        batch_size=16,
+        learning_rate=0.1,
+        optimizer="sgd",
+    )
+    assert "(memory ≤ 32 (largest that ran); throughput knee ≤ 32)" in limited.reason
+
+
+def test_recommend_says_when_the_knee_was_not_told_apart_from_the_user_s_batch():
+    said = "batch 32 against batch 16: no measurable difference between 16, 32 (...)"
+    kept = tuning.recommend(
+        report(best_batch_size=16, compared=said),
+        batch_size=16,
+        learning_rate=0.1,
+        optimizer="sgd",
+    )
+    assert kept.kept and kept.reason.endswith(f"batch 16 kept ({said})")
+    assert said in report(compared=said).table()
