@@ -6,7 +6,7 @@ import keras
 import numpy as np
 import pytest
 import tensorflow as tf
-from test_methods_trainer import X, Y, build
+from test_methods_trainer import X, Y, build, trainer
 
 from tfaccel import methods
 from tfaccel.methods.adaptive import auto
@@ -123,3 +123,16 @@ def test_resolve_accepts_auto_and_lists_it_among_the_valid_names():
         resolve(3, "image")
     with pytest.raises(ValueError, match="methods='auto' needs the job's kind"):
         resolve("auto", None)
+
+
+def test_for_fit_and_the_trainer_take_auto_and_say_why_they_did_not_probe():
+    model, data = build(), tf.data.Dataset.from_tensor_slices((X, Y)).batch(16)
+    plan = methods.for_fit(
+        "auto", model, data, epochs=3, loss="sparse_categorical_crossentropy", optimizer="adam"
+    )
+    assert plan.chosen.startswith("auto: no probe (") and '"fast"\'s stack' in plan.chosen
+    trained = trainer("auto")
+    trained.fit(data, epochs=2, verbose=0)
+    rows = trained.methods.rows()
+    assert rows["method: fast"].startswith("auto: no probe (")
+    assert int(trained.step) == 8
