@@ -188,9 +188,12 @@ def test_a_resumed_trainer_keeps_the_factor_and_the_uninterrupted_weights(tmp_pa
         return ours
 
     class Factor(keras.callbacks.Callback):
-        def on_train_begin(self, logs=None):
-            cycle = self.model.optimizer._learning_rate
-            self.restored = float(cycle.callback_factor.numpy())
+        restored = None
+
+        def on_train_batch_begin(self, batch, logs=None):
+            if self.restored is None:  # the resumed run's first step
+                cycle = self.model.optimizer._learning_rate
+                self.restored = float(cycle.callback_factor.numpy())
 
     whole_rates = Rates()
     whole = run([plateau(), whole_rates])
@@ -205,6 +208,19 @@ def test_a_resumed_trainer_keeps_the_factor_and_the_uninterrupted_weights(tmp_pa
     fresh = run([plateau()])
     fresh.fit(dataset(), epochs=3, callbacks=[plateau()], verbose=0)  # 12 more steps: differ
     assert max_diff(whole.model.get_weights(), fresh.model.get_weights()) > 1e-4
+
+
+def test_a_checkpoint_written_before_the_factor_was_saved_still_resumes(tmp_path, monkeypatch):
+    """tfaccel 0.1.0's checkpoints hold no factor: the resumed run starts it at 1."""
+    with monkeypatch.context() as patch:
+        patch.setattr(Cycle, "keep_factor", lambda self: None)
+        first = trainer([methods.OneCycle(peak=PEAK)])
+        first.fit(dataset(), epochs=1, checkpoint_dir=tmp_path, verbose=0)
+    resumed = trainer([methods.OneCycle(peak=PEAK)])
+    resumed.fit(dataset(), epochs=3, checkpoint_dir=tmp_path, callbacks=[plateau()], verbose=0)
+    assert int(resumed.step) == 12
+    cycle = resumed.methods.plan.methods[0].schedule
+    assert float(cycle.callback_factor.numpy()) == 0.5  # resumed epoch 1 set the best
 
 
 def test_a_callback_setting_the_rate_before_step_one_in_the_trainer():

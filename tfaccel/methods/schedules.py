@@ -55,9 +55,10 @@ class Cycle(keras.optimizers.schedules.LearningRateSchedule, tf.__internal__.tra
     The sizes and `start` are variables, so a later `fit` sizes it anew (`size`) without
     retracing the step that reads it. They are not checkpointed: `FitClock` sets them
     at each fit from the fit's position. `callback_factor` (1 until a callback sets the
-    rate, `ComposedRate`) is training state: the optimizer holding the cycle tracks it, so
-    the Trainer's checkpoints save and restore it; `get_config` leaves it out (a config
-    is the schedule as made, and `model.save` starts a loaded model's factor at 1).
+    rate, `ComposedRate`) is training state: the optimizer holding the cycle tracks it
+    from a fit's start (`keep_factor`), so the Trainer's checkpoints save and restore it;
+    `get_config` leaves it out (a config is the schedule as made, and `model.save` starts
+    a loaded model's factor at 1).
     """
 
     def __init__(
@@ -71,7 +72,16 @@ class Cycle(keras.optimizers.schedules.LearningRateSchedule, tf.__internal__.tra
         self.callback_factor = tf.Variable(
             1.0, dtype=tf.float32, trainable=False, name="cycle_callback_factor"
         )
-        self._track_trackable(self.callback_factor, name="callback_factor", overwrite=True)
+
+    def keep_factor(self) -> None:
+        """Puts `callback_factor` in the checkpoints of the optimizer holding the cycle.
+
+        Called at a fit's start (after the Trainer's restore) and before a rate is set: a
+        checkpoint written before the factor was saved still resumes (nothing to match),
+        and one holding it gives its value now (TensorFlow's deferred restore).
+        """
+        if self._lookup_dependency("callback_factor") is None:
+            self._track_trackable(self.callback_factor, name="callback_factor", overwrite=True)
 
     def size(self, initial: float, peak: float, warmup: float, decay: float) -> None:
         """The cycle's new rates and lengths (steps)."""
@@ -130,6 +140,7 @@ def _set_rate(optimizer: Any, value: Any, setter: Any) -> None:
     cycle = optimizer._learning_rate
     schedule = keras.optimizers.schedules.LearningRateSchedule
     if isinstance(cycle, Cycle) and not isinstance(value, schedule) and not callable(value):
+        cycle.keep_factor()  # first: a restored factor is the current one's
         current = float(keras.ops.convert_to_numpy(optimizer._get_current_learning_rate()))
         rate = float(keras.ops.convert_to_numpy(value))
         cycle.rescale(rate, current, optimizer._iterations)
@@ -220,6 +231,8 @@ class FitClock(keras.callbacks.Callback):
 
     def on_train_begin(self, logs: dict | None = None) -> None:
         ComposedRate.on(self.model.optimizer)
+        if self.method.schedule is not None:
+            self.method.schedule.keep_factor()
         self.method.refit(self.params or {})
 
     def on_epoch_begin(self, epoch: int, logs: dict | None = None) -> None:
