@@ -293,3 +293,23 @@ def test_through_loss_scaling_the_inner_optimizer_composes():
     assert float(scaled.learning_rate) == pytest.approx(one_cycle_by_hand(0) * 0.25)
     ComposedRate.off(scaled)
     assert type(inner) is keras.optimizers.SGD
+
+
+def test_two_replicas_halve_as_one(mirrored):
+    """The factor is a mirrored variable there: set between steps, read by both replicas."""
+    one = trainer([methods.OneCycle(peak=PEAK)])
+    one.fit(dataset(), epochs=3, callbacks=[plateau()], verbose=0)
+    two = tfaccel.Trainer(
+        build,
+        optimizer=keras.optimizers.SGD(0.1),
+        loss=LOSS,
+        strategy=mirrored,
+        steps_per_loop=1,
+        jit_compile=False,
+        methods=[methods.OneCycle(peak=PEAK)],
+    )
+    seen = Rates()
+    two.fit(dataset(), epochs=3, callbacks=[plateau(), seen], verbose=0)
+    want = [one_cycle_by_hand(s, steps=12) * f for s, f in enumerate(halved_from_epoch(2, 3))]
+    np.testing.assert_allclose(seen.seen, want, rtol=1e-5)
+    assert max_diff(one.model.get_weights(), two.model.get_weights()) < 1e-5
