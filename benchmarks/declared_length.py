@@ -108,9 +108,10 @@ def summarize(runs: dict, seeds: list[int], targets: dict) -> dict:
     rng = np.random.default_rng(0)
     table: dict = {}
     for name, by_key in runs.items():
-        target = targets[name]
+        target, seeds = targets[name], sorted(set(seeds) & set(by_key["fast@1x"]))
         base = {s: tta.time_to(by_key["fast@1x"][s]["curve"], target) for s in seeds}
         base_path = {s: _path(by_key["fast@1x"][s]["curve"], target) for s in seeds}
+        base_epochs = {s: tta.epochs_to(by_key["fast@1x"][s]["curve"], target) for s in seeds}
         rows = {}
         for key, by_seed in by_key.items():
             times = [tta.time_to(by_seed[s]["curve"], target) for s in seeds]
@@ -130,10 +131,16 @@ def summarize(runs: dict, seeds: list[int], targets: dict) -> dict:
                 "ratios": ratios,
                 "seconds": times,
                 "epochs": [tta.epochs_to(by_seed[s]["curve"], target) for s in seeds],
+                "epochs_ratio_median": float(
+                    np.median(
+                        [tta.epochs_to(by_seed[s]["curve"], target) / base_epochs[s] for s in seeds]
+                    )
+                ),
                 "reached": sum(math.isfinite(t) for t in times),
                 "methods": by_seed[seeds[0]]["methods"],
             }
-        table[name] = {"target": target, "needed_epochs": tta.JOBS[name]["epochs"], "rows": rows}
+        needed = tta.JOBS[name]["epochs"]
+        table[name] = {"target": target, "needed_epochs": needed, "seeds": seeds, "rows": rows}
     return table
 
 
@@ -142,12 +149,13 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, default=3)
     parser.add_argument("--jobs", nargs="*", default=["digits_cnn", "digits_sequence"])
     parser.add_argument("--summarize", action="store_true", help="only rebuild the table")
+    parser.add_argument("--merge", action="store_true", help="add these jobs to the file's")
     args = parser.parse_args()
     if args.summarize:
         old = json.loads(OUT.read_text())
         table = summarize(
             _int_keys(old["runs"]),
-            old["meta"]["seeds"],
+            list(range(99)),  # each job its own seeds
             {n: e["target"] for n, e in old["jobs"].items()},
         )
         OUT.write_text(json.dumps({**old, "jobs": table}, indent=1))
@@ -170,12 +178,15 @@ def main() -> None:
                         f"{name} seed {seed} {contender}@{times}x: {result['curve'][-1]}",
                         flush=True,
                     )
-    table = summarize(runs, seeds, targets)
+    old = json.loads(OUT.read_text()) if args.merge else {"runs": {}, "meta": {}}
+    runs = {**_int_keys(old["runs"]), **runs}
+    targets = {**{n: e["target"] for n, e in old.get("jobs", {}).items()}, **targets}
+    table = summarize(runs, list(range(99)), targets)
     meta = {
-        "seeds": seeds,
+        "seeds": 'per job: jobs[name]["seeds"]',
         "lengths": LENGTHS,
         "cap_epochs": f"{CAP}x the needed epochs",
-        "wall_seconds": time.perf_counter() - began,
+        "wall_seconds": time.perf_counter() - began + old["meta"].get("wall_seconds", 0),
         "host": "2 CPU cores shared with other jobs running at the same time (busy)",
         "tensorflow": tf.__version__,
         "keras": keras.__version__,
@@ -198,7 +209,8 @@ def show(table: dict) -> None:
                 f"  {key:<18} {row['ratio_to_fast_1x_median']:.2f} "
                 f"[{row['ratio_low']:.2f}, {row['ratio_high']:.2f}] path "
                 f"{row['path_ratio_median']:.2f} [{row['path_ratio_low']:.2f}, "
-                f"{row['path_ratio_high']:.2f}] epochs {row['epochs']}"
+                f"{row['path_ratio_high']:.2f}] epochs {row['epochs_ratio_median']:.2f} "
+                f"{row['epochs']}"
             )
 
 

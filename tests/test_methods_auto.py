@@ -80,6 +80,7 @@ def test_probes_are_reproducible_with_a_seed_and_leave_the_model_untouched():
     before = [w.copy() for w in made.model.get_weights()]
     _, again = choice(seed=3)
     assert first.losses == again.losses and first.name == again.name
+    assert first.projected > 0 and first.seconds > 0
     assert first.steps == 16 and all(len(v) == auto.SEEDS for v in first.losses.values())
     assert all(np.isfinite(v).all() for v in first.losses.values())
     assert first.losses["none"] != first.losses["one-cycle"]
@@ -113,6 +114,7 @@ def test_plan_for_auto_probes_and_puts_the_comparison_in_the_table():
     assert plan.chosen.startswith("auto: probed none, fast, fast-plateau on 3 seeds x 16 steps")
     assert "held-out loss none " in plan.chosen and "kept when below none's" in plan.chosen
     assert "216 steps, 4.9% of the job's 4,400" in plan.chosen
+    assert "of the job's projected" in plan.chosen  # the seconds, at the probes' step time
 
 
 def test_resolve_accepts_auto_and_lists_it_among_the_valid_names():

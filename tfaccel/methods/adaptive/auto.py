@@ -21,7 +21,9 @@ Significance rule: a candidate is kept when, on every seed, its held-out loss is
 plain run's by more than `MARGIN` (1 %) of it (a sign test on three paired seeds: 1 in 8
 under no effect); among those kept, the lowest mean loss wins; none kept: no method. The
 plan's `chosen` (the settings table's first row) gives the losses of each candidate per
-seed, the probes' steps and seconds, and the choice. Limits: the probes see the start of
+seed, the probes' steps and seconds (and their share of the job's seconds projected at the
+plain probes' step time: their traces make it larger than the steps' share on short jobs),
+and the choice. Limits: the probes see the start of
 the job only (a stack that pays late is not seen to win), the loss is the user's, so label
 smoothing's softer targets count against it, and a model `clone_model` cannot copy (a
 subclassed model) or data that is not a `tf.data.Dataset` declines to "fast"'s stack too.
@@ -75,6 +77,7 @@ class AutoChoice:
         losses: candidate -> the held-out loss per seed (empty when it declined).
         steps: training steps per probe (0 when it declined).
         seconds: the probes' wall time.
+        projected: the job's seconds at the plain probes' fastest step time (0: declined).
         text: the settings table's sentence.
     """
 
@@ -84,6 +87,7 @@ class AutoChoice:
     steps: int
     seconds: float
     text: str
+    projected: float = 0.0
 
 
 def declined(job: Job, why: str, fallback: Any) -> AutoChoice:
@@ -116,25 +120,42 @@ def choose(
     window = steps + EVAL_BATCHES
     batches = list(data.repeat().take(SEEDS * window))
     losses: dict[str, list[float]] = {}
+    timed: list[float] = []  # seconds a step of the plain probes after their first fit
     with warnings.catch_warnings():  # the probes' plans and fits say nothing to the user
         warnings.simplefilter("ignore")
         for name in names:
-            losses[name] = _probe(job, candidates[name](job), planner, batches, steps, seed)
+            losses[name] = _probe(
+                job,
+                candidates[name](job),
+                planner,
+                batches,
+                steps,
+                seed,
+                timed if name == names[0] else [],
+            )
     seconds = time.perf_counter() - began
+    projected = min(timed, default=0.0) * job.total_steps
     kept = [
         n
         for n in names[1:]
         if all(c < b * (1 - MARGIN) for c, b in zip(losses[n], losses[names[0]], strict=True))
     ]
     name = min(kept, key=lambda n: float(np.mean(losses[n]))) if kept else names[0]
-    text = _text(job, losses, steps, seconds, name)
-    return AutoChoice(name, candidates[name](job), losses, steps, seconds, text)
+    text = _text(job, losses, steps, (seconds, projected), name)
+    return AutoChoice(name, candidates[name](job), losses, steps, seconds, text, projected)
 
 
 def _probe(
-    job: Job, argument: Any, planner: Planner, batches: list, steps: int, seed: int
+    job: Job,
+    argument: Any,
+    planner: Planner,
+    batches: list,
+    steps: int,
+    seed: int,
+    timed: list[float],
 ) -> list[float]:
-    """One candidate's held-out loss per seed (inf when its plan does not apply)."""
+    """One candidate's held-out loss per seed (inf when its plan does not apply); adds to
+    `timed` the seconds a step took in each fit after the first (traced) one."""
     window = steps + EVAL_BATCHES
     model = keras.models.clone_model(job.model)
     start = job.model.get_weights()
@@ -160,7 +181,10 @@ def _probe(
         )
         for regroup in plan.regroups:
             dataset = regroup(dataset)
+        began = time.perf_counter()
         model.fit(transform(dataset, plan.maps, seed + s), epochs=1, verbose=0)
+        if s:
+            timed.append((time.perf_counter() - began) / steps)
         held = batches[s * window + steps : (s + 1) * window]
         found.append(_loss(model, loss_fn, held))
     return found
@@ -182,8 +206,16 @@ def _loss(model: keras.Model, loss_fn: Any, batches: list) -> float:
     return total / max(count, 1)
 
 
-def _text(job: Job, losses: dict[str, list[float]], steps: int, seconds: float, name: str) -> str:
+def _text(
+    job: Job, losses: dict[str, list[float]], steps: int, times: tuple[float, float], name: str
+) -> str:
     """The settings table's sentence: the comparison measured and the choice."""
+    seconds, projected = times
+    share = (
+        f", {seconds / projected:.0%} of the job's projected {projected:,.0f} s"
+        if projected
+        else ""
+    )
     names = list(losses)
     spent = len(names) * SEEDS * (steps + EVAL_BATCHES)
     measured = "; ".join(f"{n} {'/'.join(f'{v:.4f}' for v in losses[n])}" for n in names)
@@ -191,5 +223,5 @@ def _text(job: Job, losses: dict[str, list[float]], steps: int, seconds: float, 
     return (
         f"auto: probed {', '.join(names)} on {SEEDS} seeds x {steps} steps "
         f"({spent:,} steps, {spent / job.total_steps:.1%} of the job's {job.total_steps:,}; "
-        f"{seconds:.1f} s); held-out loss {measured}; {rule}: {name}"
+        f"{seconds:.1f} s{share}); held-out loss {measured}; {rule}: {name}"
     )
