@@ -152,3 +152,12 @@ def test_recommend_says_when_the_knee_was_not_told_apart_from_the_user_s_batch()
     )
     assert kept.kept and kept.reason.endswith(f"batch 16 kept ({said})")
     assert said in report(compared=said).table()
+
+
+def test_recommend_says_when_the_search_did_not_read_the_knee_against_the_user_s_batch():
+    grown = tuning.recommend(report(), batch_size=8, learning_rate=0.1, optimizer="sgd")
+    assert grown.batch_size == 32
+    assert (
+        "read against batch 16, the search's first candidate, not your 8: "
+        "BatchSearch(start=8) (as tune searches) compares it with yours under noise"
+    ) in grown.reason

@@ -118,7 +118,7 @@ def recommend(
             f"{_limits(report)}; batch {batch_size} kept"
             + (f" ({report.compared})" if report.compared else ""),
         )
-    reason = f"batch {best}, decided by the {why}{_limits(report)}"
+    reason = f"batch {best}, decided by the {why}{_limits(report)}{_against(report, batch_size)}"
     if rule == "linear":
         reason += "; warm the rate up with callbacks.LinearScalingWarmup"
     return _scaled(best, batch_size, learning_rate, rule, reason)
@@ -158,6 +158,20 @@ def before_probing(
         f"{min_steps_per_epoch} steps an epoch (at most {cap})"
     )
     return Recommendation(batch_size, float(learning_rate), rule, True, f"{room}; kept")
+
+
+def _against(report: BatchSizeReport, batch_size: int) -> str:
+    """What the growth was read against, when not the user's batch: the knee is read again
+    against the search's first candidate (`find_batch_size`'s `confirm`), so a search
+    started elsewhere did not compare it with `batch_size` under noise (`tune` starts at
+    the user's batch: the same job then gets the same answer)."""
+    first = next((r.batch_size for r in report.rows if r.fits and r.examples_per_second), None)
+    if first is None or first == batch_size:
+        return ""
+    return (
+        f"; read against batch {first}, the search's first candidate, not your {batch_size}: "
+        f"BatchSearch(start={batch_size}) (as tune searches) compares it with yours under noise"
+    )
 
 
 def _limits(report: BatchSizeReport) -> str:
