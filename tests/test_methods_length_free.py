@@ -125,6 +125,23 @@ def test_the_decay_state_is_saved_with_the_optimizer(tmp_path):
     assert float(schedule.factor.numpy()) == 0.125 and int(schedule.wait.numpy()) == 1
 
 
+def test_the_decay_stays_saved_under_the_progressive_batch_s_scaling(tmp_path):
+    model = build()
+    made = methods.for_fit(
+        [methods.ProgressiveBatch(growth=2, stages=2), Plateau()],
+        model,
+        dataset(8),
+        epochs=4,
+        loss="sparse_categorical_crossentropy",
+        optimizer=keras.optimizers.Adam(1e-3),
+    )
+    schedule = made.methods[-1].schedule
+    assert made.optimizer.learning_rate is not None and schedule is not None
+    made.optimizer.build(model.trainable_variables)
+    path = tf.train.Checkpoint(optimizer=made.optimizer).write(str(tmp_path / "ck"))
+    assert any("plateau" in name for name, _ in tf.train.list_variables(path))
+
+
 def stalling():
     return [Plateau(peak=0.5, warmup_steps=2, monitor="loss", min_delta=0.05)]
 

@@ -28,7 +28,7 @@ from typing import Any
 import keras
 import tensorflow as tf
 
-from tfaccel.methods.base import Card, Job, MethodPlan
+from tfaccel.methods.base import Card, Job, MethodPlan, schedule_of
 from tfaccel.methods.schedules import Cycle, _Schedule
 
 # The cosine of a `Cycle` this long stays at its peak: the decay is the factor's alone.
@@ -184,6 +184,13 @@ class Plateau(_Schedule):
         `PlateauDecay` lowers it at each epoch's end."""
         super().apply(plan)
         plan.callbacks.append(PlateauDecay(self))
+        plan.finishers.append(self._tracked)
+
+    def _tracked(self, plan: MethodPlan) -> None:
+        """After every method: a schedule another method wrapped (the progressive batch's
+        scaling) stays tracked by the final optimizer, so checkpoints still hold its decay."""
+        if schedule_of(plan.optimizer) is not self.schedule:
+            plan.optimizer.tfaccel_plateau = self.schedule
 
     def monitored(self, logs: dict) -> float | None:
         """The loss this epoch's `logs` give for `monitor` (None when absent)."""
