@@ -313,3 +313,41 @@ def test_two_replicas_halve_as_one(mirrored):
     want = [one_cycle_by_hand(s, steps=12) * f for s, f in enumerate(halved_from_epoch(2, 3))]
     np.testing.assert_allclose(seen.seen, want, rtol=1e-5)
     assert max_diff(one.model.get_weights(), two.model.get_weights()) < 1e-5
+
+
+class EpochRates(keras.callbacks.Callback):
+    """(epoch, the rate each step trains with)."""
+
+    def __init__(self):
+        super().__init__()
+        self.seen, self.epoch = [], 0
+
+    def on_epoch_begin(self, epoch, logs=None):
+        self.epoch = epoch
+
+    def on_train_batch_begin(self, batch, logs=None):
+        self.seen.append((self.epoch, float(self.model.optimizer.learning_rate)))
+
+
+def test_a_cycle_the_progressive_batch_scales_composes_and_is_checkpointed(tmp_path):
+    """The progressive batch wraps the cycle in its scaling: the rate a callback sets still
+    multiplies the cycle (the same steps at half the rate without it), and the optimizer's
+    checkpoint holds the factor."""
+
+    def run(callbacks):
+        chosen = [methods.ProgressiveBatch(growth=2, stages=2), methods.OneCycle(peak=PEAK)]
+        model, plan = compiled_plan(chosen)
+        seen = EpochRates()
+        callbacks = [*plan.callbacks, *callbacks, seen]
+        model.fit(plan.dataset, epochs=EPOCHS, callbacks=callbacks, verbose=0)
+        return model, seen.seen
+
+    plain = run([])[1]
+    model, halved = run([plateau()])
+    assert [e for e, _ in halved] == [e for e, _ in plain]  # the stages' fewer steps: alike
+    ratios = [rate / alone for (_, rate), (_, alone) in zip(halved, plain, strict=True)]
+    want = [0.5 ** max(0, e - 1) for e, _ in plain]
+    np.testing.assert_allclose(ratios, want, rtol=1e-5)
+    path = tf.train.Checkpoint(optimizer=model.optimizer).write(str(tmp_path / "ckpt"))
+    saved = {name for name, _ in tf.train.list_variables(path)}
+    assert any("callback_factor" in name for name in saved), sorted(saved)

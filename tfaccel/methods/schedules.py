@@ -17,11 +17,8 @@ and step, read against the optimizer's `iterations` (checkpointed with it). A re
 continues its cycle; a later `fit` of the same model starts a new one sized to its own
 steps; a step Keras counts past the end of an epoch of unknown length moves nothing.
 
-The user's own rate callbacks compose with the cycle (`ComposedRate`): while a fit runs,
-setting `optimizer.learning_rate` (`ReduceLROnPlateau`, `LearningRateScheduler`, any
-callback) multiplies the cycle from then on by `new / current`, a factor held in a variable
-of the `Cycle` (tracked by the optimizer, so the Trainer's checkpoints keep it). Reading it
-gives the scheduled rate, as Keras does; each epoch's `learning_rate` joins the logs.
+While a fit runs, a callback setting `optimizer.learning_rate` (`ReduceLROnPlateau`, any)
+multiplies the cycle by `new / current` from then on (`ComposedRate`, `Cycle.rescale`).
 """
 
 from __future__ import annotations
@@ -74,12 +71,9 @@ class Cycle(keras.optimizers.schedules.LearningRateSchedule, tf.__internal__.tra
         )
 
     def keep_factor(self) -> None:
-        """Puts `callback_factor` in the checkpoints of the optimizer holding the cycle.
-
-        Called at a fit's start (after the Trainer's restore) and before a rate is set: a
-        checkpoint written before the factor was saved still resumes (nothing to match),
-        and one holding it gives its value now (TensorFlow's deferred restore).
-        """
+        """Puts `callback_factor` in the optimizer's checkpoints: at a fit's start (after
+        the Trainer's restore) and before a rate is set, so a checkpoint written without
+        it still resumes and one holding it gives its value now (a deferred restore)."""
         if self._lookup_dependency("callback_factor") is None:
             self._track_trackable(self.callback_factor, name="callback_factor", overwrite=True)
 
@@ -107,7 +101,7 @@ class Cycle(keras.optimizers.schedules.LearningRateSchedule, tf.__internal__.tra
         old = float(self.callback_factor.numpy())
         if rate == current:
             return
-        if current != 0:
+        if current:
             self.callback_factor.assign(old * rate / current)
             return
         base = float(keras.ops.convert_to_numpy(self.shape_at(step)))
@@ -116,30 +110,36 @@ class Cycle(keras.optimizers.schedules.LearningRateSchedule, tf.__internal__.tra
             return
         warnings.warn(
             f"A callback set the learning rate to {rate:g} where the schedule's rate is 0 "
-            "(its warm-up starts at 0): a factor cannot scale it, so the rate is unchanged. "
-            "Set rates relative to the current one (e.g. lr * 0.5), or give WarmupCosine "
-            "warmup=0 / use OneCycle (which starts above 0).",
+            "(its warm-up starts at 0): no factor scales 0, so the rate is unchanged. Set "
+            "rates relative to the current one (e.g. lr * 0.5), or use OneCycle.",
             stacklevel=user_stacklevel(),
         )
 
     def get_config(self) -> dict:
         initial, peak, warmup, decay = (float(v) for v in self.sizes.numpy())
-        return {
-            "initial": initial,
-            "peak": peak,
-            "warmup": warmup,
-            "decay": decay,
-            "alpha": self.alpha,
-        }
+        return dict(initial=initial, peak=peak, warmup=warmup, decay=decay, alpha=self.alpha)
+
+
+def driving_cycle(optimizer: Any) -> Cycle | None:
+    """The `Cycle` that drives `optimizer`'s rate (looking through loss scaling): its
+    schedule, or the one another schedule wraps (`FitClock` names it `tfaccel_cycle`: the
+    progressive batch's scaling); None without one."""
+    inner = getattr(optimizer, "inner_optimizer", optimizer)
+    rate = getattr(inner, "_learning_rate", None)
+    if isinstance(rate, Cycle):
+        return rate
+    wrapped = getattr(inner, "tfaccel_cycle", None)
+    schedule = keras.optimizers.schedules.LearningRateSchedule
+    return wrapped if isinstance(rate, schedule) and isinstance(wrapped, Cycle) else None
 
 
 def _set_rate(optimizer: Any, value: Any, setter: Any) -> None:
-    """`ComposedRate`'s `learning_rate` setter: a number rescales a `Cycle`; anything
-    else (a schedule, a callable, a rate of another optimizer) goes to `setter`, the
-    optimizer class's own."""
-    cycle = optimizer._learning_rate
+    """`ComposedRate`'s `learning_rate` setter: a number rescales the driving `Cycle`;
+    anything else (a schedule, a callable, a rate of another optimizer) goes to `setter`,
+    the optimizer class's own."""
+    cycle = driving_cycle(optimizer)
     schedule = keras.optimizers.schedules.LearningRateSchedule
-    if isinstance(cycle, Cycle) and not isinstance(value, schedule) and not callable(value):
+    if cycle is not None and not isinstance(value, schedule) and not callable(value):
         cycle.keep_factor()  # first: a restored factor is the current one's
         current = float(keras.ops.convert_to_numpy(optimizer._get_current_learning_rate()))
         rate = float(keras.ops.convert_to_numpy(value))
@@ -155,12 +155,11 @@ def _set_class(optimizer: Any, cls: type) -> None:
 class ComposedRate:
     """Lets the user's callbacks set the rate of an optimizer driven by a `Cycle`.
 
-    Keras refuses to set the rate of an optimizer created with a schedule. While a fit
-    runs, `FitClock` makes the optimizer (looking through loss scaling) an instance of a
-    subclass of its own class whose `learning_rate` setter multiplies the cycle instead
-    (`Cycle.rescale`); the getter is Keras'. The subclass reports the optimizer's class
-    as its `__class__`, so serialization, names and `isinstance` are unchanged; the fit's
-    end gives the optimizer its class back. Nothing global changes.
+    Keras refuses to set the rate of an optimizer made with a schedule. While a fit runs,
+    `FitClock` makes the optimizer (inside loss scaling) an instance of a subclass of its
+    class whose `learning_rate` setter rescales the cycle; the getter is Keras'. Its
+    `__class__` is the optimizer's own (serialization, names, `isinstance` unchanged); the
+    fit's end gives the class back. Nothing global changes.
     """
 
     _made: ClassVar[dict[type, type]] = {}
@@ -189,7 +188,7 @@ class ComposedRate:
     def on(cls, optimizer: Any) -> None:
         """Makes `optimizer`'s rate settable by callbacks (when a `Cycle` drives it)."""
         inner = getattr(optimizer, "inner_optimizer", optimizer)
-        if isinstance(getattr(inner, "_learning_rate", None), Cycle):
+        if driving_cycle(inner) is not None:
             if type(inner) not in cls._made.values():
                 _set_class(inner, cls.subclass(type(inner)))
 
@@ -207,9 +206,8 @@ class FitClock(keras.callbacks.Callback):
     At a fit's start, a job of other epochs, steps or batch than the cycle's (a later
     `fit`) gets a cycle sized to it. At each epoch's start (and at its first batch when
     that is not batch 0: a resumed epoch), the cycle's start becomes the optimizer's step
-    count less the steps the job makes before that batch. From the callbacks' `set_model`
-    to the fit's end, the user's callbacks may set the rate (`ComposedRate`); each
-    epoch's logs get `learning_rate` (unless a callback logged it first).
+    count less the steps the job makes before that batch. From `set_model` to the fit's
+    end callbacks may set the rate (`ComposedRate`); each epoch logs `learning_rate`.
     """
 
     loop_batches_ok = True  # no per-step hook: the Trainer's loops keep their size
@@ -224,13 +222,23 @@ class FitClock(keras.callbacks.Callback):
         iterations = getattr(optimizer, "inner_optimizer", optimizer).iterations
         self.method.align(iterations, epoch, batch)
 
+    def _compose(self) -> None:
+        """Callbacks may set the rate; a cycle another schedule wraps (the progressive
+        batch's scaling) is named `tfaccel_cycle` on the optimizer, which so tracks it."""
+        optimizer, cycle = getattr(self.model, "optimizer", None), self.method.schedule
+        if optimizer is None or cycle is None:
+            return
+        inner = getattr(optimizer, "inner_optimizer", optimizer)
+        if schedule_of(inner) is not None and schedule_of(inner) is not cycle:
+            inner.tfaccel_cycle = cycle  # tracked, as the schedule itself is
+        ComposedRate.on(inner)
+
     def set_model(self, model: keras.Model) -> None:
         super().set_model(model)
-        if getattr(model, "optimizer", None) is not None:
-            ComposedRate.on(model.optimizer)
+        self._compose()
 
     def on_train_begin(self, logs: dict | None = None) -> None:
-        ComposedRate.on(self.model.optimizer)
+        self._compose()
         if self.method.schedule is not None:
             self.method.schedule.keep_factor()
         self.method.refit(self.params or {})
