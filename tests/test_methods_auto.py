@@ -75,7 +75,13 @@ def choice(seed):
     return made, auto.choose(made, data.shuffle(64, seed=0), candidates, planner, seed=seed)
 
 
-def test_probes_are_reproducible_with_a_seed_and_leave_the_model_untouched():
+@pytest.fixture
+def untimed(monkeypatch):
+    """The tests' jobs are seconds long: the probes' traces are most of them."""
+    monkeypatch.setattr(auto, "TIME_RULE", False)
+
+
+def test_probes_are_reproducible_with_a_seed_and_leave_the_model_untouched(untimed):
     made, first = choice(seed=3)
     before = [w.copy() for w in made.model.get_weights()]
     _, again = choice(seed=3)
@@ -88,7 +94,7 @@ def test_probes_are_reproducible_with_a_seed_and_leave_the_model_untouched():
     assert all(np.array_equal(a, b) for a, b in zip(before, made.model.get_weights(), strict=True))
 
 
-def test_the_significance_rule_keeps_only_a_candidate_lower_on_every_seed(monkeypatch):
+def test_the_significance_rule_keeps_only_a_candidate_lower_on_every_seed(monkeypatch, untimed):
     made, data = job(epochs=1_500)  # 6,000 steps: four stacks probed from 5,760
     measured = {
         "none": [1.0, 1.0, 1.0],
@@ -108,13 +114,31 @@ def test_the_significance_rule_keeps_only_a_candidate_lower_on_every_seed(monkey
     assert auto.choose(made, data, candidates, lambda a, j: None).name == "none"
 
 
-def test_plan_for_auto_probes_and_puts_the_comparison_in_the_table():
+def test_plan_for_auto_probes_and_puts_the_comparison_in_the_table(untimed):
     made, data = job(epochs=1_100)
     plan = plan_for("auto", made, data=data.shuffle(64, seed=0), kind="tabular")
     assert plan.chosen.startswith("auto: probed none, fast, fast-plateau on 3 seeds x 16 steps")
     assert "held-out loss none " in plan.chosen and "kept when below none's" in plan.chosen
     assert "216 steps, 4.9% of the job's 4,400" in plan.chosen
     assert "of the job's projected" in plan.chosen  # the seconds, at the probes' step time
+
+
+def test_probes_whose_seconds_outgrow_the_share_stop_after_the_plain_stack(monkeypatch):
+    probed = []
+
+    def probe(job_, argument, *rest):
+        probed.append(argument)
+        rest[-1].append(1.0)  # a second a step: the job projected at 4,400 s
+        return [1.0] * auto.SEEDS
+
+    monkeypatch.setattr(auto, "_probe", probe)
+    ticks = iter([0.0, 1_000.0])  # the plain probes "took" 1,000 s: x3 is over 5 % of 4,400
+    monkeypatch.setattr(auto.time, "perf_counter", lambda: next(ticks))
+    made, data = job(epochs=1_100)
+    candidates = {"none": lambda m: [], "fast": lambda m: "fast", "other": lambda m: []}
+    chosen = auto.choose(made, data, candidates, lambda a, j: None)
+    assert probed == [[]] and chosen.methods == "fast" and not chosen.losses
+    assert "over 5% of the job's projected 4,400.0 s" in chosen.text
 
 
 def test_resolve_accepts_auto_and_lists_it_among_the_valid_names():

@@ -7,7 +7,10 @@ seeds for `P` training steps plus `EVAL_BATCHES` held-out batches, counted as st
 `candidates × SEEDS × (P + EVAL_BATCHES) ≤ 5 %` of the job. A job whose `P` would be under
 `MIN_PROBE_STEPS` is too short to pay: it declines at once (arithmetic only: no batch read,
 no model cloned, no step) and trains with "fast"'s stack, saying from what size it probes
-(`probes_from`: 4,320 steps with three candidates).
+(`probes_from`: 4,320 steps with three candidates). The seconds are held to the same
+share: when the plain stack's probes (traces included) took more than 5 % of the job's
+projected seconds (its steps at the probes' step time) over the number of stacks, probing
+stops there and the job trains with "fast"'s stack, saying so (`TIME_RULE`).
 
 A probe: the user's model cloned with its current weights (`keras.models.clone_model`),
 a fresh copy of the optimizer, the candidate's plan for the *whole* job (its schedule
@@ -50,6 +53,10 @@ SEEDS = 3
 MIN_PROBE_STEPS = 16
 EVAL_BATCHES = 8
 MARGIN = 0.01
+TIME_RULE = True
+"""Whether the probes also stop when the plain stack's took over 5 % of the job's projected
+seconds / the number of stacks (traces included): the steps' share is the rule of size,
+this one keeps the seconds within it too."""
 """A kept candidate's loss is below the plain run's by more than this share, every seed."""
 
 # name -> the methods argument of a candidate ("fast", or a list) for the job
@@ -124,15 +131,21 @@ def choose(
     with warnings.catch_warnings():  # the probes' plans and fits say nothing to the user
         warnings.simplefilter("ignore")
         for name in names:
-            losses[name] = _probe(
-                job,
-                candidates[name](job),
-                planner,
-                batches,
-                steps,
-                seed,
-                timed if name == names[0] else [],
-            )
+            plain = name == names[0]
+            argument = candidates[name](job)
+            found = _probe(job, argument, planner, batches, steps, seed, timed if plain else [])
+            losses[name] = found
+            if plain and TIME_RULE:
+                spent = time.perf_counter() - began
+                projected = min(timed, default=0.0) * job.total_steps
+                if spent * len(names) > PROBE_SHARE * projected:
+                    why = (
+                        f"stopped after the plain stack's probes: at their {spent:.1f} s the "
+                        f"{len(names)} stacks' would take {spent * len(names):.1f} s, over "
+                        f"{PROBE_SHARE:.0%} of the job's projected {projected:,.1f} s (its "
+                        "steps at the probes' step time)"
+                    )
+                    return declined(job, why, "fast")
     seconds = time.perf_counter() - began
     projected = min(timed, default=0.0) * job.total_steps
     kept = [
