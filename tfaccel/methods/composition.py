@@ -1,6 +1,7 @@
 """Composing methods: the rules, the "fast" stacks, and the plan they make.
 
-`plan_for(methods, job)` resolves the methods (a list, "fast" or "none"), checks every
+`plan_for(methods, job)` resolves the methods (a list, "fast", "auto" or "none"; "auto"
+probes candidate stacks on the job's data, `adaptive.auto`), checks every
 one against the job (before step 1), applies them in a fixed order and returns a
 `MethodPlan`; `tfaccel.methods.for_fit` (`fitting.py`) and the Trainer build on it.
 
