@@ -181,3 +181,19 @@ def test_bad_arguments_say_what_is_allowed(kwargs, match):
 def test_the_settings_table_says_it_has_no_end_date():
     made = plan(150, Plateau(scale=10.0, warmup=0.5))
     assert "warm-up over 2 steps" in made.describe() and "no end date" in made.describe()
+
+
+def test_a_user_s_reduce_lr_on_plateau_multiplies_the_length_free_rate():
+    """Keras' ReduceLROnPlateau halves the rate at every epoch's end but the first (it can
+    never see an improvement of 1e9); Plateau's own decay never fires (patience 100)."""
+    made = plan(4, Plateau(peak=0.01, warmup_steps=0, patience=100))
+    model = made.methods[0]._job.model
+    model.compile(made.optimizer, made.loss)
+    rates = Rates()
+    halving = keras.callbacks.ReduceLROnPlateau(
+        monitor="loss", factor=0.5, patience=0, min_delta=1e9
+    )
+    model.fit(made.dataset, epochs=4, callbacks=[*made.callbacks, halving, rates], verbose=0)
+    want = [0.01 * f for f in (1, 1, 1, 1, 1, 1, 1, 1, 0.5, 0.5, 0.5, 0.5, 0.25, 0.25, 0.25, 0.25)]
+    np.testing.assert_allclose(rates.seen, want, rtol=1e-5)
+    assert float(made.methods[0].schedule.factor.numpy()) == 1.0
