@@ -197,3 +197,16 @@ def test_a_user_s_reduce_lr_on_plateau_multiplies_the_length_free_rate():
     want = [0.01 * f for f in (1, 1, 1, 1, 1, 1, 1, 1, 0.5, 0.5, 0.5, 0.5, 0.25, 0.25, 0.25, 0.25)]
     np.testing.assert_allclose(rates.seen, want, rtol=1e-5)
     assert float(made.methods[0].schedule.factor.numpy()) == 1.0
+
+
+def test_its_own_decay_stands_down_once_a_user_s_callback_set_the_rate():
+    method = Plateau(patience=1, min_delta=0.0)
+    made = plan(3, method)
+    decay = next(c for c in made.callbacks if isinstance(c, PlateauDecay))
+    for loss in (1.0, 1.0):
+        decay.on_epoch_end(0, {"loss": loss})
+    assert float(method.schedule.factor.numpy()) == 0.5  # its own rule: a stalled epoch
+    method.schedule.callback_factor.assign(0.1)  # a ReduceLROnPlateau of the user's
+    for loss in (1.0, 1.0, 1.0):
+        decay.on_epoch_end(0, {"loss": loss})
+    assert float(method.schedule.factor.numpy()) == 0.5

@@ -13,6 +13,9 @@ The rising part is `schedules.Cycle`'s warm-up, aligned to each fit's position b
 and wait count held in variables of the schedule (`PlateauCycle`), which is tracked by
 the optimizer and so saved in the Trainer's checkpoints: a resumed run keeps its decay.
 A later `fit` of the same model warms up again to the peak times the factor reached.
+Once a callback of the user's sets the rate (`ReduceLROnPlateau`: it multiplies the
+schedule, `schedules.Cycle`'s callback factor), that callback drives the decay and
+Plateau's own stands down.
 
 Example:
     >>> plan = methods.for_fit([methods.adaptive.plateau.Plateau(scale=10.0)], model, train,
@@ -72,9 +75,17 @@ class PlateauDecay(keras.callbacks.Callback):
     def on_epoch_end(self, epoch: int, logs: dict | None = None) -> None:
         value = self.method.monitored(logs or {})
         schedule = self.method.schedule
-        if value is None or schedule is None:
+        if value is None or schedule is None or user_driven(schedule):
             return
         self.method.step(schedule, value)
+
+
+def user_driven(schedule: PlateauCycle) -> bool:
+    """Whether a callback of the user's (`ReduceLROnPlateau`, a scheduler) has set the rate:
+    the `Cycle`'s callback factor is no longer 1. The user's callback then drives the decay,
+    and Plateau's own stands down (the two would each lower the rate at a plateau)."""
+    factor = getattr(schedule, "callback_factor", None)
+    return factor is not None and float(factor.numpy()) != 1.0
 
 
 class Plateau(_Schedule):
