@@ -210,3 +210,18 @@ def test_its_own_decay_stands_down_once_a_user_s_callback_set_the_rate():
     for loss in (1.0, 1.0, 1.0):
         decay.on_epoch_end(0, {"loss": loss})
     assert float(method.schedule.factor.numpy()) == 0.5
+
+
+def test_the_schedule_serializes_as_made_and_a_saved_model_loads(tmp_path):
+    made = plan(3, Plateau(scale=10.0, warmup=0.5))
+    schedule = made.methods[0].schedule
+    schedule.factor.assign(0.5)  # training state: not in the config (a schedule as made)
+    copy = keras.optimizers.schedules.deserialize(keras.optimizers.schedules.serialize(schedule))
+    assert type(copy) is PlateauCycle and float(copy.factor.numpy()) == 1.0
+    assert [rate(copy, s) for s in (0, 1, 5)] == [rate(schedule, s) * 2 for s in (0, 1, 5)]
+    model = made.methods[0]._job.model
+    model.compile(made.optimizer, made.loss)
+    model.fit(made.dataset, epochs=1, verbose=0)
+    model.save(tmp_path / "m.keras")
+    loaded = keras.models.load_model(tmp_path / "m.keras")
+    assert isinstance(loaded.optimizer._learning_rate, PlateauCycle)
