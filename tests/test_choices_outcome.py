@@ -67,7 +67,7 @@ def test_a_faster_policy_with_an_equal_loss_is_adopted(monkeypatch):
     assert chosen.policy == BF16
     assert chosen.reason.startswith("2.00x float32")
     assert "the loss after 800 examples was" in chosen.reason
-    assert "within 2% or the noise" in chosen.reason
+    assert "within 2% or the noise (the check: 25 steps a setting, " in chosen.reason
 
 
 def test_a_gap_inside_the_batch_to_batch_noise_is_adopted():

@@ -222,4 +222,6 @@ def check(
     if rejected and result.adopted:  # every worker adopts alike
         why = f"{NOT_ADOPTED}: another worker's check found a cost"
         result = dataclasses.replace(result, adopted=False, reason=why)
-    return dataclasses.replace(result, cost_s=time.perf_counter() - began)
+    cost = time.perf_counter() - began
+    said = f"{result.reason} (the check: {steps} steps a setting, {cost:.1f} s)"
+    return dataclasses.replace(result, reason=said, cost_s=cost)
