@@ -3,8 +3,11 @@ and says, and the last good state after a divergence.
 
 Saves land on `checkpoint_every` boundaries (a step loop never crosses one: `clip`) and
 at epoch ends. A save that lands on an epoch's last step waits until the epoch is
-finished (validation run, epoch counter advanced), so it belongs to that epoch: a resumed
-run never logs an epoch of zero steps. The files, their identity checks and the lock are
+finished (validation run, epoch counter advanced, the callbacks' `on_epoch_end` run), so
+it belongs to that epoch: a resumed run never logs an epoch of zero steps, and it keeps
+what those callbacks changed (a rate `ReduceLROnPlateau` lowered, `Plateau`'s decay).
+An epoch's checkpoint an earlier tfaccel wrote (before its callbacks) still loads: its
+resumed run lacks only that epoch end's changes. The files, their identity checks and the lock are
 `tfaccel.train.state.checkpoint.CheckpointState`'s.
 """
 
@@ -235,8 +238,8 @@ class Checkpoints:
                 self.save()
 
     def epoch_ended(self, finished: bool) -> None:
-        """The epoch's end (`finished`: all its steps ran, the position is the next
-        epoch's): its save, if one is due."""
+        """The epoch's end, after its callbacks' `on_epoch_end` (`finished`: all its
+        steps ran, the position is the next epoch's): its save, if one is due."""
         if finished and (self.every == "epoch" or self.deferred):
             self.save()
         self.deferred = False

@@ -201,8 +201,10 @@ class FitLoop:
                 epoch_logs.update(self.validation.logs(self.runner, self.callbacks))
                 if status == "done":
                     self.runner.set_position(epoch=epoch + 1, epoch_step=0)
-                checkpoints.epoch_ended(finished=status == "done")
+                # Saved after the callbacks: what their `on_epoch_end` changed (a rate
+                # ReduceLROnPlateau lowered, a plateau decay) is the resumed run's too.
                 self.callbacks.on_epoch_end(epoch, epoch_logs)
+                checkpoints.epoch_ended(finished=status == "done")
                 if self.preemption.at_epoch_end:
                     return self._stop_for_preemption(epoch_logs)
                 if status == "exhausted":
