@@ -190,7 +190,8 @@ def summarize(runs: dict, seeds: list[int], lengths: list[int], paths: list[str]
                     one = row(job, by_key, fast, 1, seeds)
                     if length != 1 and "not_run" not in one and "not_run" not in rows[fast]:
                         pairs = zip(rows[fast]["seconds"], one["seconds"], strict=True)
-                        per_seed = [_ratio(x, y) for x, y in pairs]
+                        # only seeds that reached at 1x compare (else the ratio reads 0)
+                        per_seed = [x / y if math.isfinite(y) else math.nan for x, y in pairs]
                         ratios[f"{fast}@{length}x/{fast}@1x"] = _interval(per_seed, rng)
                 entry[f"{path}@{length}x"] = {"contenders": rows, "ratios": ratios}
         table[name] = entry
@@ -219,20 +220,28 @@ def show(table: dict, seeds: list[int]) -> str:
     def span(r: dict) -> str:
         return f"{x(r['median'])} [{x(r['low'])}, {x(r['high'])}]"
 
-    names = list(RATIOS) + ["declared L× / 1× (fast naive; fast recipe)"]
+    def seconds(row: dict) -> str:
+        return "—" if "not_run" in row else x(row["seconds_median"])
+
+    names = [*RATIOS, "fast L× / 1× (naive's; recipe's)", "seconds: naive, fast_naive"]
     lines = ["| job | path | declared | " + " | ".join(names) + " |"]
     lines.append("|" + " --- |" * (3 + len(names)))
     for job, entry in table.items():
+        same_as_naive = heldout_jobs.JOBS[job].recipe.same_as_naive()
         for where, cell in entry.items():
             path, length = where.split("@")
-            cells = []
-            for ratio in RATIOS:
+            cells, rows = [], cell["contenders"]
+            for ratio, (top, _) in RATIOS.items():
                 r = cell["ratios"].get(ratio)
-                reached = cell["contenders"][RATIOS[ratio][0]].get("reached", 0)
-                cells.append("not run" if r is None else f"{span(r)} ({reached}/{len(seeds)})")
-            fasts = ("fast_naive", "fast_recipe")
+                reached = f"({rows[top].get('reached', 0)}/{len(seeds)})"
+                if same_as_naive and "recipe" in ratio and ratio != "fast_naive/recipe":
+                    cells.append("recipe = naive")
+                else:
+                    cells.append("not run" if r is None else f"{span(r)} {reached}")
+            fasts = ("fast_naive",) if same_as_naive else ("fast_naive", "fast_recipe")
             same = [cell["ratios"].get(f"{f}@{length}/{f}@1x") for f in fasts]
             cells.append("; ".join(span(r) for r in same if r) or "—")
+            cells.append(f"{seconds(rows['naive'])}, {seconds(rows['fast_naive'])}")
             lines.append(f"| {job} | {path} | {length} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
@@ -263,6 +272,9 @@ def main() -> None:
     parser.add_argument("--cap", type=float, default=120.0, help="seconds a run may take")
     parser.add_argument("--out", default=str(OUT))
     parser.add_argument("--merge", action="store_true", help="keep --out's runs, add missing")
+    parser.add_argument(
+        "--redo", nargs="*", default=[], help="contenders whose kept runs are run again"
+    )
     parser.add_argument("--calibrate", action="store_true")
     parser.add_argument("--calibrate-epochs", type=int, default=30)
     parser.add_argument("--summarize", action="store_true", help="only rebuild the table")
@@ -274,7 +286,11 @@ def main() -> None:
         out.write_text(json.dumps(old, indent=1, default=str))
         return
     runs = json.loads(json.dumps(old.get("runs", {})), object_hook=_int_keys)
-    began = time.perf_counter()
+    for name in args.jobs:  # --redo: one process's code for all of a contender's lengths
+        for by_key in runs.get(name, {}).values():
+            for gone in [k for k in by_key if k.split("@")[0] in args.redo]:
+                del by_key[gone]
+    began, code = time.perf_counter(), _code()
     for name in [] if args.summarize else args.jobs:
         job, jobs_runs = heldout_jobs.JOBS[name], runs.setdefault(name, {})
         parts = job.data()
@@ -286,6 +302,7 @@ def main() -> None:
                         continue
                     epochs = length * job.needed_epochs
                     slot[seed] = run(job, parts, contender, path, seed, epochs, args.cap)
+                    slot[seed]["code"] = code
                     curve = slot[seed]["curve"]
                     print(
                         f"{name} {path} seed {seed} {key(contender, length)}: "
@@ -328,6 +345,18 @@ def _write(out, old, runs, args, seeds, seconds) -> None:
     out.parent.mkdir(exist_ok=True)
     out.write_text(json.dumps(document, indent=1, default=str))
     print(show(table, seeds))
+
+
+def _code() -> str:
+    """The commit the runs used, `+dirty` when tfaccel/ had uncommitted changes."""
+    import subprocess
+
+    def git(*args: str) -> str:
+        return subprocess.run(["git", *args], capture_output=True, text=True).stdout.strip()
+
+    return git("rev-parse", "--short", "HEAD") + (
+        "+dirty" if git("status", "--short", "tfaccel") else ""
+    )
 
 
 def _int_keys(mapping: dict) -> dict:

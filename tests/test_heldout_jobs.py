@@ -143,3 +143,19 @@ def test_a_job_whose_recipe_is_the_plain_script_reads_its_naive_runs():
     ]
     runs = {"naive@10x": {0: {"curve": [(1.0, 0.9)] * 30}}}
     assert len(harness.lookup(job, runs, "recipe", 1, 0)["curve"]) == job.needed_epochs
+
+
+def test_a_declared_length_compares_only_with_seeds_that_reached_at_1x():
+    job = heldout_jobs.JOBS["structured_mlp_hastie"]  # its recipe is the plain script
+    curves = {
+        "naive@10x": {0: [(1.0, 0.95)], 1: [(1.0, 0.95)]},
+        "fast_naive@1x": {0: [(1.0, 0.5)] * 28, 1: [(2.0, 0.95)]},
+        "fast_naive@3x": {0: [(3.0, 0.95)], 1: [(3.0, 0.95)]},
+    }
+    by_key = {k: {s: {"curve": c} for s, c in v.items()} for k, v in curves.items()}
+    table = harness.summarize({job.name: {"fit": by_key}}, [0, 1], [1, 3], ["fit"])
+    ratio = table[job.name]["fit@3x"]["ratios"]["fast_naive@3x/fast_naive@1x"]
+    assert math.isnan(ratio["ratios"][0]) and ratio["ratios"][1] == 1.5  # seed 0: 1x missed
+    assert ratio["median"] == 1.5
+    recipes = table[job.name]["fit@3x"]["ratios"]["fast_recipe@3x/fast_recipe@1x"]
+    assert recipes["median"] == 1.5  # the recipe is the plain script: the same runs
