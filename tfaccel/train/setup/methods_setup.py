@@ -32,15 +32,11 @@ from tfaccel.methods.base import MethodPlan
 from tfaccel.methods.batch_growth import ProgressiveBatch
 from tfaccel.methods.batch_maps import transform
 from tfaccel.methods.composition import MethodsArg
+from tfaccel.methods.fitting import categorical_metric
 from tfaccel.methods.freezing import FreezeEarlyLayers
 from tfaccel.train.state.batch_stages import BatchStages
 from tfaccel.train.step import accumulation
 from tfaccel.train.step.losses import PerExampleLoss
-
-_TO_CATEGORICAL = {
-    keras.metrics.SparseCategoricalAccuracy: keras.metrics.CategoricalAccuracy,
-    keras.metrics.SparseTopKCategoricalAccuracy: keras.metrics.TopKCategoricalAccuracy,
-}
 
 
 def no_methods(methods: object) -> bool:
@@ -119,7 +115,7 @@ def plan(
             loss = PerExampleLoss(made.loss, weight=given.loss.weight)
             loss.sums = given.loss.sums  # the user's reduction (its per-example copy has none)
         if made.one_hot:
-            metrics = [_categorical(m) for m in metrics]
+            metrics = [categorical(m) for m in metrics]
     return made, dataclasses.replace(given, loss=loss, metrics=metrics, optimizer=made.optimizer)
 
 
@@ -140,14 +136,14 @@ class Scheduled(Protocol):
     stages: BatchStages | None
 
 
-def _categorical(metric: keras.metrics.Metric) -> keras.metrics.Metric:
-    """A sparse accuracy metric as its categorical twin (labels are one-hot now)."""
-    twin = _TO_CATEGORICAL.get(type(metric))
-    if twin is None:
-        return metric
-    copy = twin(name=metric.name)
-    copy.tfaccel_weighted = getattr(metric, "tfaccel_weighted", False)
-    return copy
+def categorical(metric: keras.metrics.Metric) -> keras.metrics.Metric:
+    """A sparse metric as its categorical twin (labels are one-hot now), `for_fit`'s
+    mapping (`fitting.categorical_metric`: its name and settings kept), weighted or not
+    as it was; any other metric itself."""
+    made = categorical_metric(metric)
+    if made is not metric:
+        made.tfaccel_weighted = getattr(metric, "tfaccel_weighted", False)
+    return made
 
 
 class Methods:
