@@ -50,7 +50,10 @@ class Job:
         batch_size: the global batch (None when unknown).
         epoch_steps: each epoch's optimizer steps when they differ (a progressive batch
             makes fewer, larger steps); None: `steps_per_epoch` each.
-        batch_fixed: the job keeps one batch throughout (the Trainer's).
+        batch_fixed: the job keeps one batch throughout: `ProgressiveBatch` is refused
+            ("fast" drops it). The Trainer sets it with `accumulate_steps`, several
+            input pipelines or a dataset function on several replicas; otherwise it
+            grows the batch (`train.setup.methods_setup.regroupable`).
     """
 
     model: keras.Model
