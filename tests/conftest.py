@@ -43,6 +43,18 @@ def jobs():
     server.close()
 
 
+@pytest.fixture(scope="session")
+def worker_zygote():
+    """Command lines for the workers that `tfaccel launch` starts: `worker_zygote.command(
+    [sys.executable, SCRIPT, *args])` runs as that command, in a process forked from one
+    that imported TensorFlow once (forked.py's WorkerZygote)."""
+    from forked import WorkerZygote
+
+    zygote = WorkerZygote()
+    yield zygote
+    zygote.close()
+
+
 @pytest.fixture
 def mirrored():
     """A 2-replica MirroredStrategy over two logical CPUs."""

@@ -65,3 +65,34 @@ class ForkServer:
         self.server.stdin.close()
         self.server.wait(60)
         self.folder.cleanup()
+
+
+ZYGOTE = pathlib.Path(__file__).parent / "scripts" / "worker_zygote.py"
+WORKER = pathlib.Path(__file__).parent / "scripts" / "forked_worker.py"
+
+
+class WorkerZygote:
+    """Worker processes that another program starts (`tfaccel launch`'s), each a
+    process of its own forked from one that imported TensorFlow once
+    (`scripts/worker_zygote.py`): `command([sys.executable, SCRIPT, *args])` is the
+    command line that runs as `python SCRIPT ARGS...` less the imports' CPU."""
+
+    def __init__(self):
+        self.folder = tempfile.TemporaryDirectory(prefix="worker-zygote-")
+        self.socket = os.path.join(self.folder.name, "socket")
+        self.server = subprocess.Popen(
+            [sys.executable, str(ZYGOTE), self.socket],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+        )
+        ready = self.server.stdout.readline()
+        assert ready == b"ready\n", f"the worker zygote did not start ({ready!r})"
+
+    def command(self, argv):
+        assert argv[0] == sys.executable, argv
+        return [sys.executable, str(WORKER), self.socket, *map(str, argv[1:])]
+
+    def close(self):
+        self.server.stdin.close()
+        self.server.wait(60)
+        self.folder.cleanup()

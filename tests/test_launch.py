@@ -76,12 +76,13 @@ def test_timeout_bounds_the_run():
     assert "timed out" in result.stdout
 
 
-def job_command(tmp, name, *extra):
-    """The training job, 2 epochs on a seeded `tfaccel.data` pipeline (exact resume)."""
+def job_command(zygote, tmp, name, *extra):
+    """The training job, 2 epochs on a seeded `tfaccel.data` pipeline (exact resume); each
+    worker a process forked from one that imported TensorFlow (conftest's worker_zygote)."""
     ckpt, out = str(tmp / f"{name}-ckpt"), str(tmp / name)
     job = [sys.executable, str(JOB), "--ckpt", ckpt, "--out", out]
     history = ["--history-log", str(tmp / f"{name}.jsonl")]
-    return [*job, "--augment", "--epochs", "2", *history, *extra]
+    return zygote.command([*job, "--augment", "--epochs", "2", *history, *extra])
 
 
 def worker_results(tmp, name):
@@ -89,10 +90,12 @@ def worker_results(tmp, name):
 
 
 @pytest.fixture(scope="module")
-def two_workers(tmp_path_factory):
+def two_workers(tmp_path_factory, worker_zygote):
     """An uninterrupted two-worker run of the training job: (launch result, its folder)."""
     tmp = tmp_path_factory.mktemp("two_workers")
-    result = tfaccel_launch("--workers", "2", "--timeout", "200", "--", *job_command(tmp, "out"))
+    result = tfaccel_launch(
+        "--workers", "2", "--timeout", "200", "--", *job_command(worker_zygote, tmp, "out")
+    )
     return result, tmp
 
 
@@ -111,10 +114,12 @@ def test_two_workers_train_with_the_trainer(two_workers):
     assert "Connection refused" not in result.stdout and "GRPC" not in result.stdout
 
 
-def test_own_shard_input_on_two_cpu_workers_equals_the_distributed_iterator(tmp_path, two_workers):
+def test_own_shard_input_on_two_cpu_workers_equals_the_distributed_iterator(
+    tmp_path, two_workers, worker_zygote
+):
     # One CPU replica per worker: each worker iterates its own shard (no multi-device
     # iterator, see feed.local_shard); the numbers equal the distributed iterator's.
-    command = job_command(tmp_path, "out", "--distributed-iterator")
+    command = job_command(worker_zygote, tmp_path, "out", "--distributed-iterator")
     result = tfaccel_launch("--workers", "2", "--timeout", "200", "--", *command)
     assert result.returncode == 0, result.stdout[-3000:]
     distributed, _ = worker_results(tmp_path, "out")
@@ -130,10 +135,12 @@ def test_own_shard_input_on_two_cpu_workers_equals_the_distributed_iterator(tmp_
 # -- restarts ----------------------------------------------------------------------------------
 
 
-def test_max_restarts_resumes_a_killed_worker_to_the_uninterrupted_weights(tmp_path, two_workers):
+def test_max_restarts_resumes_a_killed_worker_to_the_uninterrupted_weights(
+    tmp_path, two_workers, worker_zygote
+):
     # Worker 1 SIGKILLs itself at step 14 (a marker file makes it once); the launcher
     # restarts both, and the Trainer resumes from the checkpoint of step 12.
-    command = job_command(tmp_path, "out", "--kill-at", "14", "--kill-worker", "1")
+    command = job_command(worker_zygote, tmp_path, "out", "--kill-at", "14", "--kill-worker", "1")
     result = tfaccel_launch(
         "--workers", "2", "--max-restarts", "2", "--timeout", "200", "--", *command
     )
@@ -232,13 +239,14 @@ def test_shutdown_grpc_noise_is_shown_when_the_job_fails():
         assert part in result.stdout, result.stdout
 
 
-def test_docs_model_fit_script_runs_on_two_workers(tmp_path):
+def test_docs_model_fit_script_runs_on_two_workers(tmp_path, worker_zygote):
     from test_docs import DOCS, page_blocks
 
     (block,) = page_blocks(DOCS / "how-to" / "port-model-fit.md")
     script = tmp_path / "fit_script.py"
     script.write_text(block)
-    result = tfaccel_launch("--workers", "2", "--timeout", "200", "--", sys.executable, str(script))
+    command = worker_zygote.command([sys.executable, str(script)])
+    result = tfaccel_launch("--workers", "2", "--timeout", "200", "--", *command)
     assert result.returncode == 0, result.stdout[-3000:]
     finals = {
         line[:10]: float(line.rsplit(" ", 1)[1])
@@ -257,26 +265,26 @@ def test_docs_model_fit_script_runs_on_two_workers(tmp_path):
 # -- elastic: a run saved on N workers resumes on M (data.order.global_order) ---------------------
 
 
-def test_two_workers_killed_resume_on_one_then_on_two_exactly(tmp_path, two_workers):
+def test_two_workers_killed_resume_on_one_then_on_two_exactly(tmp_path, two_workers, worker_zygote):
     first, second = str(tmp_path / "k1"), str(tmp_path / "k2")
-    command = job_command(tmp_path, "out", "--kill-at", "8", "--kill-worker", "1")
+    command = job_command(worker_zygote, tmp_path, "out", "--kill-at", "8", "--kill-worker", "1")
     killed = tfaccel_launch("--workers", "2", "--timeout", "200", "--", *command, "--marker", first)
     assert killed.returncode != 0 and pathlib.Path(first).exists()
-    command = job_command(tmp_path, "out", "--kill-at", "20", "--marker", second)
+    command = job_command(worker_zygote, tmp_path, "out", "--kill-at", "20", "--marker", second)
     killed = tfaccel_launch("--workers", "1", "--timeout", "200", "--", *command)
     assert killed.returncode != 0 and pathlib.Path(second).exists()
     finished = tfaccel_launch(
-        "--workers", "2", "--timeout", "200", "--", *job_command(tmp_path, "out")
+        "--workers", "2", "--timeout", "200", "--", *job_command(worker_zygote, tmp_path, "out")
     )
     assert finished.returncode == 0, finished.stdout[-3000:]
     assert_same_run(tmp_path, "out", "out", suffix=".worker0.npz", reference_tmp=two_workers[1])
 
 
-def test_min_workers_continues_without_a_lost_worker_exactly(tmp_path, two_workers):
+def test_min_workers_continues_without_a_lost_worker_exactly(tmp_path, two_workers, worker_zygote):
     # Worker 1 dies at step 14 with no restarts left: the job re-forms on one worker from
     # the checkpoint of step 12 and ends with the uninterrupted two-worker run's numbers.
     ckpt = str(tmp_path / "out-ckpt")
-    command = job_command(tmp_path, "out", "--kill-at", "14", "--kill-worker", "1")
+    command = job_command(worker_zygote, tmp_path, "out", "--kill-at", "14", "--kill-worker", "1")
     result = tfaccel_launch(
         "--workers",
         "2",
@@ -297,12 +305,12 @@ def test_min_workers_continues_without_a_lost_worker_exactly(tmp_path, two_worke
     assert_same_run(tmp_path, "out", "out", suffix=".worker0.npz", reference_tmp=two_workers[1])
 
 
-def test_max_workers_grows_a_shrunken_job_back_exactly(tmp_path, two_workers):
+def test_max_workers_grows_a_shrunken_job_back_exactly(tmp_path, two_workers, worker_zygote):
     # Worker 1 dies at step 14 (once): the job goes on one worker from step 12; once that
     # one saves a newer checkpoint, the launcher stops it (SIGTERM: the Trainer saves) and
     # re-forms the job on two workers, which ends with the uninterrupted run's numbers.
     ckpt = str(tmp_path / "out-ckpt")
-    command = job_command(tmp_path, "out", "--kill-at", "14", "--kill-worker", "1")
+    command = job_command(worker_zygote, tmp_path, "out", "--kill-at", "14", "--kill-worker", "1")
     elastic = ["--min-workers", "1", "--max-workers", "2", "--checkpoint-dir", ckpt]
     result = tfaccel_launch("--workers", "2", *elastic, "--timeout", "300", "--", *command)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-2000:]
