@@ -6,8 +6,13 @@ resumed run ends with the uninterrupted run's weights and factor."""
 import signal
 import sys
 
+import keras
 import numpy as np
 import pytest
+import tensorflow as tf
+
+import tfaccel
+from tfaccel.methods.adaptive.plateau import Plateau
 
 JOB = """
 import os, signal, sys, time
@@ -88,3 +93,59 @@ def test_a_rate_lowered_at_an_epochs_end_survives_a_kill_right_after_it(which, t
     assert want[-1] == (0.5 if which == "reduce" else 0.25)
     assert got[-1] == want[-1]
     assert float(np.max(np.abs(want - got))) < 1e-6
+
+
+def test_a_preemption_at_an_epochs_end_saves_its_callbacks_changes(tmp_path):
+    """SIGTERM on epoch 2's last step: the run stops once the epoch is finished, and its
+    checkpoint (step 8) holds the factor Plateau halved at that end; the resumed run
+    starts from it and ends as the run never stopped (factor 0.25)."""
+    rng = np.random.default_rng(0)
+    data = tf.data.Dataset.from_tensor_slices(
+        (rng.normal(size=(32, 6)).astype("float32"), rng.integers(0, 3, size=32))
+    ).batch(8)
+
+    def build():
+        keras.utils.set_random_seed(1)
+        return keras.Sequential([keras.Input((6,)), keras.layers.Dense(3, activation="softmax")])
+
+    def trainer():
+        chosen = [Plateau(peak=0.05, patience=1, min_delta=1e9, warmup_steps=2)]
+        return tfaccel.Trainer(
+            build,
+            optimizer=keras.optimizers.SGD(0.1),
+            loss="sparse_categorical_crossentropy",
+            steps_per_loop=1,
+            jit_compile=False,
+            methods=chosen,
+        )
+
+    def factor(ours):
+        return float(ours.methods.plan.methods[0].schedule.factor.numpy())
+
+    class Signal(keras.callbacks.Callback):
+        def on_train_batch_end(self, batch, logs=None):
+            if stopped.runner.position.step == 8:
+                signal.raise_signal(signal.SIGTERM)
+
+    class Restored(keras.callbacks.Callback):
+        seen = None
+
+        def on_train_batch_begin(self, batch, logs=None):
+            if self.seen is None:  # the resumed run's first step
+                self.seen = factor(resumed)
+
+    def fit(ours, callbacks=(), directory=None):
+        ours.fit(data, epochs=3, callbacks=list(callbacks), checkpoint_dir=directory,
+                 exit_on_preemption=False, verbose=0)  # fmt: skip
+        return ours
+
+    whole = fit(trainer())
+    stopped = trainer()
+    fit(stopped, [Signal()], tmp_path)
+    assert stopped.preempted and int(stopped.step) == 8
+    resumed, restored = trainer(), Restored()
+    fit(resumed, [restored], tmp_path)
+    assert restored.seen == 0.5  # halved at epoch 2's end, before its save
+    assert factor(whole) == factor(resumed) == 0.25
+    got, want = resumed.model.get_weights(), whole.model.get_weights()
+    assert max(float(np.max(np.abs(a - b))) for a, b in zip(got, want, strict=True)) < 1e-6
