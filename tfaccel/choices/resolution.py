@@ -5,25 +5,33 @@ else: the step (`Step`: model, loss, strategy, the model-building function, whet
 step loops exist), what is still "auto" (`Asked`) and the job (`Job`: the checked training
 `Feed`, its length, the callbacks). In order:
 
-1. **dtype policy and XLA**, decided together from one probe, its cost bounded by the
-   *first* epoch (not the declared epochs: EarlyStopping may end the job early):
+1. **dtype policy and XLA**, the policy from one probe, its cost bounded by the *first*
+   epoch (not the declared epochs: EarlyStopping may end the job early):
    - what may be timed: the policies this hardware offers (`policy.candidates`), unless
      the first epoch leaves no room for the paired loss check (`outcome.too_short`: the
-     model's policy is kept, `policy.by_operations` names the operations' pick); XLA
-     unless the model cannot take it (`xla.not_compilable`) or the first epoch is too
-     short for its compilation (`timing.too_short_for_xla`); without XLA to time,
-     policies only when the first epoch can pay the probe back (`timing.too_short`,
-     from the operations' rates);
+     model's policy is kept, `policy.by_operations` names the operations' pick), and only
+     when the first epoch can pay the probe back (`timing.too_short`, from the
+     operations' rates);
    - one probe: the model's forward and backward passes on copies of the model and one
-     cached batch, each candidate with and without XLA, in interleaved rounds until a
-     95 % interval tells them apart or the rounds' budget ends (`timing.time_steps`,
-     `readings.compare`: "no measurable difference" keeps the simpler setting);
-   - the decisions: XLA per policy, then the policy from each one's faster step
-     (`xla.decide`, `xla.policy_of`);
+     cached batch under each policy (with and without XLA where XLA is probed), in
+     interleaved rounds until a 95 % interval tells them apart or the rounds' budget ends
+     (`timing.time_steps`, `readings.compare`: "no measurable difference" keeps the
+     simpler setting); the policy from them (`xla.policy_of`);
    - judged by outcome: a faster policy changes the numerics, so it is adopted only
      when a paired check finds its training loss after the same first batches no worse
      than the kept policy's (`outcome.check`); otherwise the table says "faster steps,
-     not adopted: the loss after N examples was X vs Y".
+     not adopted: the loss after N examples was X vs Y";
+   - XLA is measured on the job's own steps where the job is long enough: where the
+     model can take it (`xla.not_compilable`) and the first epoch holds both a probe of
+     XLA alone (`timing.too_short_for_xla` for one policy: 100 steps) and, when the loop
+     size is fixed, `timing.ONLINE_LOOPS` loops (`timing.online_fits`), the answer is
+     "online" (`XlaChoice.online`): XLA is not probed, and the Runner's first loops
+     alternate the plain and the XLA step under the chosen policy, every step training
+     the model, until `readings.compare` decides (`online`). A job too short for that
+     keeps the earlier rule: the probe above with each policy with and without XLA when
+     its first epoch pays for it (`timing.too_short_for_xla`, `timing.admit`; XLA per
+     policy, then the policy from each one's faster step: `xla.decide`), else the plain
+     step, not measured, with the reason.
 
    After `evaluate` built the step loops, both are kept as they are.
 2. **steps per loop**: a fixed value is the user's; "auto" is capped at one step a loop
@@ -53,6 +61,10 @@ from tfaccel.choices.policy import PolicyChoice
 from tfaccel.choices.xla import XlaChoice
 
 KEPT_AFTER_EVALUATE = "kept: evaluate ran before the first fit"
+ONLINE = (
+    f"{xla.ONLINE_PENDING} the plain and the XLA step (every step trains the model): the "
+    "faster by a 95 % interval is kept, else the plain step"
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -137,13 +149,14 @@ class Resolved:
 
 def resolve_fit(step: Step, asked: Asked, job: Job, sizer: LoopSizer) -> Resolved:
     """Makes this fit's automatic choices in the module's order (see its docstring)."""
-    chosen, jit = _policy_and_xla(step, asked, job)
     sizer.honour_callbacks(job.callbacks)
+    chosen, jit = _policy_and_xla(step, asked, job, 1 if sizer.capped else sizer.chosen)
     return Resolved(chosen, jit, sizer.choice(job.steps_per_epoch))
 
 
-def _policy_and_xla(step: Step, asked: Asked, job: Job) -> tuple:
-    """`(PolicyChoice or None, XlaChoice or None)`: step 1 of `resolve_fit`."""
+def _policy_and_xla(step: Step, asked: Asked, job: Job, loop_steps: int | None) -> tuple:
+    """`(PolicyChoice or None, XlaChoice or None)`: step 1 of `resolve_fit` (`loop_steps`:
+    the steps of a loop when fixed, None while "auto" measures them)."""
     model = step.model
     kept = model.dtype_policy.name
     if not (asked.precision or asked.jit_compile) or step.started:
@@ -160,11 +173,15 @@ def _policy_and_xla(step: Step, asked: Asked, job: Job) -> tuple:
         held = policy.by_operations(kept, unchecked, ops) if ops else None
         held = held or PolicyChoice(kept, f"kept: not measured ({unchecked})")
         policies = [kept]
-    no_xla = asked.jit_compile and (
-        xla.not_compilable(model) or timing.too_short_for_xla(epoch_steps, len(policies))
+    unfit = asked.jit_compile and xla.not_compilable(model)
+    online = asked.jit_compile and not unfit and timing.online_fits(epoch_steps, loop_steps)
+    no_xla = unfit or (
+        asked.jit_compile and not online and timing.too_short_for_xla(epoch_steps, len(policies))
     )
     untimed = XlaChoice(False, f"not measured: {no_xla}") if no_xla else None
-    with_xla = asked.jit_compile and not no_xla
+    if online:  # the first loops of training decide it (`online`): not probed
+        untimed = XlaChoice(False, ONLINE, online=True)
+    with_xla = asked.jit_compile and not no_xla and not online
     if not with_xla:  # policies alone, when they can pay the probe back
         if held is not None or len(policies) == 1:
             return (held or PolicyChoice("float32", why)) if asked.precision else None, untimed

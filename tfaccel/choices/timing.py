@@ -59,6 +59,7 @@ ROUNDS = 3  # interleaved rounds read before judging
 MAX_ROUNDS = 2 * ROUNDS  # ... and at most this many, within the rounds' budget
 FLOOR_S = 1.0  # the timed rounds' budget when the epoch's length is unknown
 PROBE_STEPS = 2 + ROUNDS  # per candidate, at least: warm-up and timed rounds
+ONLINE_LOOPS = 2 * (1 + MAX_ROUNDS)  # the online A/B's most loops: warm-ups, rounds
 
 
 def probe_steps(candidates: int) -> int:
@@ -109,6 +110,15 @@ def too_short_for_xla(steps: int | None, policies: int) -> str | None:
             f"{math.ceil(least / PROBE_SHARE)} steps an epoch up it is measured"
         )
     return None
+
+
+def online_fits(epoch_steps: int | None, loop_steps: int | None) -> bool:
+    """Whether XLA is chosen online (`online`): the first epoch is long enough for a
+    probe of XLA alone (`too_short_for_xla`), and holds `ONLINE_LOOPS` loops where their
+    size is fixed (`loop_steps`; None: "auto", whose loops start short)."""
+    if epoch_steps is None or too_short_for_xla(epoch_steps, 1) is not None:
+        return False
+    return loop_steps is None or epoch_steps // max(loop_steps, 1) >= ONLINE_LOOPS
 
 
 def admit(first: dict, epoch_steps: int | None, spent_s: float) -> str | None:

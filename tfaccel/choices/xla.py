@@ -1,5 +1,11 @@
 """`Trainer(..., jit_compile="auto")`: XLA measured on the model's own step, as precision is.
 
+Where the job is long enough (`timing.online_fits`: a first epoch of 100 steps or more
+and, with a fixed loop size, `timing.ONLINE_LOOPS` loops), XLA is chosen *online*, on the
+job's own steps: the first loops of training alternate the plain and the XLA step and the
+faster by a 95 % interval is kept (`online`; the answer before step 1 is an `XlaChoice`
+with `online=True`). A shorter job keeps the probe described below.
+
 XLA pays on some models and costs on others (on this project's CPUs a dense MLP ran
 2.75x faster with it, a CNN 0.66x), so "auto" times the model's forward and backward
 passes with and without it, with the step probe (`timing`): copies of the model, one
@@ -39,6 +45,8 @@ if TYPE_CHECKING:
     from tfaccel.data.assembly.feed import Feed
 
 MIN_GAIN = dtype_policies.MIN_GAIN
+ONLINE_PENDING = "the first loops of training alternate"
+"""How the XLA row begins while the first loops of training will decide it (`online`)."""
 LOSS_TOLERANCE = {"32-bit": 1e-3, "16-bit": 2e-2}
 """Relative loss difference (× max(1, |loss|)) within which XLA's step counts as equal."""
 
@@ -59,6 +67,14 @@ class XlaChoice(Choice):
     """
 
     unit: str = "examples/s"
+    online: bool = False  # decided by the first loops of training (`online`), not a probe
+
+    def describe(self) -> str:
+        """As `Choice.describe`; before an online A/B decided, "online (...)"."""
+        text = super().describe()
+        if self.online and self.reason.startswith(ONLINE_PENDING):
+            return f"online{text[len(str(self.value)) :]}"
+        return text
 
     @property
     def jit_compile(self) -> bool:

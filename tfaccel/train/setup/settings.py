@@ -72,7 +72,9 @@ def resolve(
         steps_per_epoch: applied steps per epoch (None: until the data ends).
         sizer: the `LoopSizer` (steps per loop, and why).
         precision: the dtype policy's choice (its `describe()`), or None: the model's.
-        jit: the XLA choice (its `describe()`), or None: `runner.jit_compile`.
+        jit: the XLA choice (its `describe()`), or None: `runner.jit_compile`. One to be
+            chosen online starts the runner's A/B (`Runner.alternate_xla`), which
+            rewrites the table's row once decided.
         model_steps: a model's own steps (`model_steps.ModelSteps`: its row), or None.
         methods: the Trainer's `methods_setup.Methods` (a row per method), or None.
     """
@@ -82,7 +84,7 @@ def resolve(
     global_batch = feed.global_batch
     per_replica = global_batch // replicas if global_batch else None
     k = runner.batches_per_step
-    return {
+    table = {
         "strategy": type(strategy).__name__,
         **(model_steps.rows() if model_steps else {}),
         "cluster": cluster.source_of(strategy),
@@ -103,6 +105,9 @@ def resolve(
         "input_order": _order_text(feed),
         **(methods.rows() if methods else {}),
     }
+    if getattr(jit, "online", False):  # the first loops decide: their row is this table's
+        runner.alternate_xla(table, lambda: not sizer.measuring)
+    return table
 
 
 def _order_text(feed: Feed) -> str:

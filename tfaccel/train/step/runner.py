@@ -25,7 +25,9 @@ import keras
 import tensorflow as tf
 
 from tfaccel.choices.copies import build_symbolically
+from tfaccel.choices.online import XLA
 from tfaccel.train.state import hyperparameters
+from tfaccel.train.step.alternating import Alternating
 from tfaccel.train.step.loop_stats import LoopStats
 from tfaccel.train.step.losses import PerExampleLoss, loss_scale_of
 from tfaccel.train.step.out_of_memory import (
@@ -37,9 +39,11 @@ from tfaccel.train.step.runner_interface import Batches, LoopResult, Position
 from tfaccel.train.step.steps import (
     StepLoops,
     Tracking,
+    error_line,
     explain_step_error,
     explain_xla_error,
     op_determinism,
+    xla_failed,
 )
 
 EVALUATION_STEPS_PER_LOOP = 100  # test steps per call; they fire no callback
@@ -55,7 +59,7 @@ class Loops(Protocol):
     first_nonfinite: tf.Variable  # the first non-finite trainable variable's index, or -1
 
 
-class Runner:
+class Runner(Alternating):
     """Runs training and test steps of one model under one strategy.
 
     Args:
@@ -123,6 +127,9 @@ class Runner:
             self.epoch_step = tf.Variable(0, dtype=tf.int64, trainable=False, name="epoch_step")
         self.model.optimizer = optimizer
         self.loops: Loops | None = None
+        self.alternation = None  # the online XLA A/B (`Alternating.alternate_xla`)
+        self._candidates = {}  # the A/B's step loops by jit_compile
+        self._table = None  # the settings table the A/B's row goes to
         self._stats: LoopStats | None = None
         self._skipped_offset: int | None = None
         self._count_before: float | None = None  # the loss tracker's count before a loop
@@ -171,6 +178,7 @@ class Runner:
 
     def retrace(self) -> None:
         """New step loops, traced anew: after the trainable variables changed (freezing)."""
+        self._candidates = {}
         if self.loops is not None:
             self.loops = self._step_loops(self.micro_batches)
 
@@ -187,11 +195,17 @@ class Runner:
         self.loop_loss.reset_state()
         if self._count_before is None:
             self._count_before = float(self.loss_tracker.count.numpy())
+        ab = self._alternating()
+        candidate = ab.next() if ab is not None else None
+        if ab is not None:
+            self._use(candidate == XLA)
         start = time.perf_counter()
         ran, note, looped = 0, None, False
-        if self._held:
+        trial = ab is not None and candidate == XLA and XLA not in ab.warmed
+        held = self._held or trial
+        if held:  # the XLA step's first: held, so that a step XLA cannot compile is redone
             ran, note = self._held_step(iterator)
-        if ran < num_steps and (ran or not self._held):
+        if ran < num_steps and (ran or not held):
             ran += self._call(self._built().train_loop, iterator, num_steps - ran)
             looped = True
         seconds = time.perf_counter() - start
@@ -200,6 +214,8 @@ class Runner:
         nonfinite = self._first_nonfinite()
         logs, loop_loss, count, stop = self._loop_logs(stop_flag)
         examples, self._count_before = count - self._count_before, count
+        if ab is not None and candidate is not None:
+            self._read_alternation(ab, candidate, ran, examples, seconds)
         # Not measured for a held step (fetched in Python) or under op determinism.
         unmeasured = not looped or op_determinism()
         wait = None if unmeasured else self._input_wait()
@@ -209,17 +225,19 @@ class Runner:
         """Seconds the last step loop waited for its batches (measured inside its graph)."""
         return float(self._trainer_loops().input_wait.numpy())
 
-    def _held_step(self, iterator: Batches) -> tuple[int, str | None]:
-        """One step whose batches are held, so that running out of memory retries them.
+    def _held_step(self, iterator: Batches, batches: list | None = None) -> tuple[int, str | None]:
+        """One step whose batches are held (read now, or `batches`), so that running out of
+        memory retries them and a step XLA cannot compile runs them un-jitted.
 
         Returns (steps applied: 0 when the data ended, the out-of-memory note or None).
         """
-        batches = []
-        for _ in range(self.batches_per_step):
-            optional = iterator.get_next_as_optional()
-            if not bool(optional.has_value()):
-                break
-            batches.append(optional.get_value())
+        if batches is None:
+            batches = []
+            for _ in range(self.batches_per_step):
+                optional = iterator.get_next_as_optional()
+                if not bool(optional.has_value()):
+                    break
+                batches.append(optional.get_value())
         if not batches:
             return 0, None
         saved = [(v, v.numpy()) for v in self._retry_state()]
@@ -229,6 +247,13 @@ class Runner:
             self._held = False
             return 1, None
         except Exception as error:  # noqa: BLE001 - only out-of-memory is retried
+            if self.alternation is not None and self.jit_compile and xla_failed(error):
+                for variable, value in saved:  # XLA did not compile: the plain step runs
+                    variable.assign(value)
+                self._trainer_loops().clear_accumulators()
+                self.alternation.drop(f"XLA cannot compile the model's step ({error_line(error)})")
+                self._use(False)
+                return self._held_step(iterator, batches)
             if not is_out_of_memory(error):
                 raise
             failure = error

@@ -15,6 +15,7 @@ import tensorflow as tf
 from tfaccel.data.elements import unpack
 from tfaccel.train.step import traces
 from tfaccel.train.step.losses import PerExampleLoss
+from tfaccel.train.step.out_of_memory import is_out_of_memory
 
 # The replica steps hold no tensor-dependent Python control flow: traced as written, not
 # converted by AutoGraph (as `model.fit`'s steps), which would cost seconds at the first trace.
@@ -396,3 +397,20 @@ def explain_step_error(error: Exception, loss_name: str) -> str | None:
             "last layer one unit per class."
         )
     return None
+
+
+def xla_failed(error: Exception) -> bool:
+    """Whether a jitted step's error says XLA cannot run it (not out of memory)."""
+    return isinstance(error, tf.errors.OpError) and not is_out_of_memory(error)
+
+
+def error_line(error: Exception) -> str:
+    """The ops XLA named as unsupported, else the first root error's message."""
+    found = re.search(r"on XLA_\w+: (.+?) \(No registered", str(error))
+    if found:
+        return f"unsupported op(s): {found.group(1)}"
+    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+    roots = [line for line in lines if re.match(r"\(\d+\) [A-Z_]+: ", line)]
+    line = (roots or lines or [type(error).__name__])[0]
+    line = re.sub(r"^\(\d+\) [A-Z_]+: (\{\{[^}]*\}\} )?", "", line)
+    return line[:200]
