@@ -63,3 +63,25 @@ def test_the_trainer_maps_with_for_fits_mapping():
     )
     plain = keras.metrics.MeanSquaredError()
     assert methods_setup.categorical(plain) is plain
+    wrapped = keras.metrics.MeanMetricWrapper(keras.metrics.sparse_categorical_accuracy, "acc")
+    made = methods_setup.categorical(wrapped)  # a Keras function the Trainer wrapped
+    assert (type(made), made.name) == (keras.metrics.CategoricalAccuracy, "acc")
+    own = keras.metrics.MeanMetricWrapper(lambda y, p: y, name="own")
+    assert methods_setup.categorical(own) is own
+
+
+def test_a_sparse_metric_function_is_mapped_in_the_trainer():
+    """`metrics=[keras.metrics.sparse_categorical_accuracy]` (a function, as `for_fit`
+    takes it) logs the built model's accuracy; it failed at step 1 on the labels' shape."""
+    trainer = tfaccel.Trainer(
+        build,
+        optimizer=keras.optimizers.SGD(0.0),
+        loss="sparse_categorical_crossentropy",
+        metrics=[keras.metrics.sparse_categorical_accuracy],
+        methods=[methods.LabelSmoothing(0.1)],
+        jit_compile=False,
+    )
+    data = tf.data.Dataset.from_tensor_slices((X, Y)).batch(8)
+    history = trainer.fit(data, epochs=1, verbose=0).history
+    want = np.mean(build()(X).numpy().argmax(axis=1) == Y)
+    np.testing.assert_allclose(history["sparse_categorical_accuracy"], [want], rtol=1e-6)

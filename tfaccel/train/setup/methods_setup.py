@@ -139,10 +139,17 @@ class Scheduled(Protocol):
 def categorical(metric: keras.metrics.Metric) -> keras.metrics.Metric:
     """A sparse metric as its categorical twin (labels are one-hot now), `for_fit`'s
     mapping (`fitting.categorical_metric`: its name and settings kept), weighted or not
-    as it was; any other metric itself."""
-    made = categorical_metric(metric)
-    if made is not metric:
-        made.tfaccel_weighted = getattr(metric, "tfaccel_weighted", False)
+    as it was; any other metric itself. A Keras sparse function the Trainer wrapped
+    (`metrics=[keras.metrics.sparse_categorical_accuracy]`) is mapped as `for_fit` maps it."""
+    source = metric  # a function `losses.resolve_metrics` wrapped, without arguments:
+    if type(metric) is keras.metrics.MeanMetricWrapper and getattr(metric, "_fn_kwargs", 0) == {}:
+        source = getattr(metric, "_fn", metric)
+    made = categorical_metric(source)
+    if made is source:
+        return metric
+    if made.name != metric.name:
+        made = type(made)(**{**made.get_config(), "name": metric.name})
+    made.tfaccel_weighted = getattr(metric, "tfaccel_weighted", False)
     return made
 
 
