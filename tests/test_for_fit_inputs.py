@@ -309,3 +309,11 @@ def test_fast_on_a_1d_convnet_says_no_stack_was_measured_on_it():
     assert "sequence jobs" in gru.chosen and "measured on" not in gru.chosen
     given = fast_plan(conv1d_model(), kind="sequence")
     assert "sequence jobs" in given.chosen and "1-D" not in given.chosen
+
+
+def test_a_sparse_metric_with_ignore_class_is_refused_not_dropped():
+    given = keras.metrics.SparseCategoricalCrossentropy(ignore_class=0, name="ce")
+    with pytest.raises(ValueError, match=r"'ce' cannot keep ignore_class=0.*sample weight of 0"):
+        methods.fitting.categorical_metric(given)
+    kept = methods.fitting.categorical_metric(keras.metrics.SparseCategoricalCrossentropy())
+    assert isinstance(kept, keras.metrics.CategoricalCrossentropy)

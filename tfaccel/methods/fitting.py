@@ -89,7 +89,11 @@ _SPARSE_CLASSES = {cls.__name__ for cls in TO_CATEGORICAL}
 
 def categorical_metric(metric: Any) -> Any:
     """A sparse metric (object, `compile` string or Keras function) as its categorical
-    twin under the same name; any other metric unchanged."""
+    twin under the same name; any other metric unchanged.
+
+    Raises:
+        ValueError: a sparse metric with `ignore_class` (one-hot labels cannot keep it).
+    """
     if isinstance(metric, str) or callable(metric) and not isinstance(metric, keras.Metric):
         name = metric if isinstance(metric, str) else getattr(metric, "__name__", "")
         keras_own = isinstance(metric, str) or getattr(metric, "__module__", "").startswith("keras")
@@ -99,7 +103,15 @@ def categorical_metric(metric: Any) -> Any:
     twin = TO_CATEGORICAL.get(type(metric))
     if twin is None:
         return metric
-    config = {k: v for k, v in metric.get_config().items() if k != "ignore_class"}
+    config = metric.get_config()
+    ignored = config.pop("ignore_class", None)
+    if ignored is not None:
+        raise ValueError(
+            f"The metric {metric.name!r} cannot keep ignore_class={ignored!r}: the methods "
+            "made the labels one-hot, and Keras' categorical metrics have no ignore_class. "
+            "Give those labels a sample weight of 0 (batches of (x, y, sample_weight)) and "
+            "pass the metric as weighted_metrics instead, or leave the label method out."
+        )
     return twin(**config)
 
 
