@@ -100,6 +100,7 @@ def trainer(steps_per_loop):
         metrics=["accuracy"],
         strategy=tf.distribute.get_strategy(),
         steps_per_loop=steps_per_loop,
+        jit_compile=False,  # "auto" alternates XLA's steps (other rounding) on 120-step epochs
     )
 
 
