@@ -26,7 +26,8 @@ infinitely slow, and a run that fails is shown with its error.
 
 Writes `benchmarks/results/time_to_accuracy_heldout.json` (`--merge` keeps its runs and
 adds the missing ones). Run: `python benchmarks/time_to_accuracy_heldout.py [--jobs ...]
-[--seeds 3] [--lengths 1 3 10] [--paths fit trainer] [--calibrate]`.
+[--seeds 3] [--lengths 1 3 10] [--paths fit trainer] [--methods fast|auto] [--calibrate]`;
+`--methods` is what the "fast" contenders pass (their names stay `fast_*`; each run records it).
 """
 
 from __future__ import annotations
@@ -49,6 +50,7 @@ from tfaccel import methods
 
 OUT = pathlib.Path(__file__).parent / "results" / "time_to_accuracy_heldout.json"
 NAIVE = heldout_jobs.Recipe(batch=32, epochs=0)
+FAST = {"methods": "fast"}  # what the fast contenders pass (`--methods`, e.g. "auto")
 CONTENDERS = ("naive", "recipe", "fast_naive", "fast_recipe")
 BASELINE_LENGTH = 10  # naive and recipe run once, declared this many times the needed epochs
 RATIOS = {  # name: (numerator, denominator), both on the same path and length
@@ -93,7 +95,13 @@ def run(job, parts, contender, path, seed, epochs, cap, target=None) -> dict:
             loss, extra = job.loss, []
             if fast:
                 plan = methods.for_fit(
-                    "fast", model, train, epochs=epochs, loss=loss, optimizer=optimizer, seed=seed
+                    FAST["methods"],
+                    model,
+                    train,
+                    epochs=epochs,
+                    loss=loss,
+                    optimizer=optimizer,
+                    seed=seed,
                 )
                 train, val, optimizer = plan.dataset, plan.evaluation_data(val), plan.optimizer
                 loss, extra, applied = plan.loss, plan.callbacks, [m.name for m in plan.methods]
@@ -111,7 +119,7 @@ def run(job, parts, contender, path, seed, epochs, cap, target=None) -> dict:
                 optimizer=optimizer,
                 loss=job.loss,
                 metrics=["accuracy"],
-                methods="fast" if fast else None,
+                methods=FAST["methods"] if fast else None,
             )
             trainer.fit(
                 train, epochs=epochs, validation_data=val, callbacks=[*callbacks, curve], verbose=0
@@ -272,6 +280,7 @@ def main() -> None:
     parser.add_argument("--cap", type=float, default=120.0, help="seconds a run may take")
     parser.add_argument("--out", default=str(OUT))
     parser.add_argument("--merge", action="store_true", help="keep --out's runs, add missing")
+    parser.add_argument("--methods", default="fast", help='what "fast" passes: fast, auto')
     parser.add_argument(
         "--redo", nargs="*", default=[], help="contenders whose kept runs are run again"
     )
@@ -280,6 +289,7 @@ def main() -> None:
     parser.add_argument("--summarize", action="store_true", help="only rebuild the table")
     args = parser.parse_args()
     out, seeds = pathlib.Path(args.out), list(range(args.seeds))
+    FAST["methods"] = args.methods
     old = json.loads(out.read_text()) if (args.merge or args.summarize) and out.exists() else {}
     if args.calibrate:
         old["calibration"] = calibrate(args.jobs, seeds, args.calibrate_epochs, args.cap)
@@ -303,6 +313,7 @@ def main() -> None:
                     epochs = length * job.needed_epochs
                     slot[seed] = run(job, parts, contender, path, seed, epochs, args.cap)
                     slot[seed]["code"] = code
+                    slot[seed]["methods_arg"] = args.methods if "fast" in contender else None
                     curve = slot[seed]["curve"]
                     print(
                         f"{name} {path} seed {seed} {key(contender, length)}: "
