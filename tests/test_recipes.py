@@ -419,30 +419,14 @@ def test_dog_breeds_bad_labels_file(text, words, tmp_path):
 # -- multi-worker ------------------------------------------------------------------------------
 
 
-def test_multi_worker_recipe_under_launch_ends_with_identical_weights(tmp_path):
+def test_multi_worker_recipe_under_launch_ends_with_identical_weights(tmp_path, worker_zygote):
     out = tmp_path / "out"
-    command = [
-        sys.executable,
-        "-m",
-        "tfaccel",
-        "launch",
-        "--workers",
-        "2",
-        "--timeout",
-        "400",
-        "--",
-        sys.executable,
-        str(ROOT / "tests" / "scripts" / "with_mock_tfds.py"),
-        str(ROOT / "recipes" / "multi_worker.py"),
-        "--smoke",
-        "--width",
-        "8",
-        "--export-weights",
-        "--out",
-        str(out),
-        "--verbose",
-        "0",
-    ]
+    mock_tfds = str(ROOT / "tests" / "scripts" / "with_mock_tfds.py")
+    recipe = [str(ROOT / "recipes" / "multi_worker.py"), "--smoke", "--width", "8"]
+    recipe += ["--export-weights", "--out", str(out), "--verbose", "0"]
+    launch = [sys.executable, "-m", "tfaccel", "launch", "--workers", "2", "--timeout", "400"]
+    # each worker a process forked from one that imported TensorFlow (conftest.py)
+    command = [*launch, "--", *worker_zygote.command([sys.executable, mock_tfds, *recipe])]
     result = subprocess.run(command, capture_output=True, text=True, timeout=450)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     chief, other = (dict(np.load(out / f"weights.worker{i}.npz")) for i in (0, 1))

@@ -59,11 +59,13 @@ def test_a_port_that_accepts_but_does_not_greet_is_no_peer(silent_peer):
 _SCRIPT = "from tfaccel import devices\ndevices.strategy('auto', startup_timeout_s={})\n"
 
 
-def _plain(peer, timeout_s):
+def _plain(zygote, peer, timeout_s):
+    """The script as a process of its own, forked from one that imported TensorFlow
+    (conftest's worker_zygote)."""
     own = f"127.0.0.1:{free_ports(1)[0]}"
     config = {"cluster": {"worker": [own, peer]}, "task": {"type": "worker", "index": 0}}
     return subprocess.Popen(
-        [sys.executable, "-c", _SCRIPT.format(timeout_s)],
+        zygote.command([sys.executable, "-c", _SCRIPT.format(timeout_s)]),
         env=dict(os.environ, TF_CONFIG=json.dumps(config), TF_CPP_MIN_LOG_LEVEL="2"),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -71,9 +73,11 @@ def _plain(peer, timeout_s):
     )
 
 
-def test_a_plain_script_with_a_stale_peer_ends_within_the_startup_timeout(silent_peer):
+def test_a_plain_script_with_a_stale_peer_ends_within_the_startup_timeout(
+    silent_peer, worker_zygote
+):
     # before: the port accepted, TensorFlow's cluster set-up waited for ever
-    script = _plain(silent_peer, 3)
+    script = _plain(worker_zygote, silent_peer, 3)
     try:
         _, said = script.communicate(timeout=120)
     finally:
@@ -92,8 +96,8 @@ def _when_waiting(script):
 
 
 @pytest.mark.parametrize("sig, status", [(signal.SIGTERM, 143), (signal.SIGINT, -signal.SIGINT)])
-def test_a_signal_during_the_wait_ends_it_with_a_message(silent_peer, sig, status):
-    script = _plain(silent_peer, "None")
+def test_a_signal_during_the_wait_ends_it_with_a_message(silent_peer, sig, status, worker_zygote):
+    script = _plain(worker_zygote, silent_peer, "None")
     try:
         _when_waiting(script)
         script.send_signal(sig)
@@ -124,10 +128,10 @@ def vanishing_peer():
     listener.close()
 
 
-def _met(own, peer, timeout_s):
+def _met(zygote, own, peer, timeout_s):
     config = {"cluster": {"worker": [own, peer]}, "task": {"type": "worker", "index": 0}}
     return subprocess.Popen(
-        [sys.executable, "-c", _SCRIPT.format(timeout_s)],
+        zygote.command([sys.executable, "-c", _SCRIPT.format(timeout_s)]),
         env=dict(os.environ, TF_CONFIG=json.dumps(config), TF_CPP_MIN_LOG_LEVEL="2"),
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -135,9 +139,9 @@ def _met(own, peer, timeout_s):
     )
 
 
-def test_tensorflows_set_up_after_the_meeting_is_bounded(vanishing_peer):
+def test_tensorflows_set_up_after_the_meeting_is_bounded(vanishing_peer, worker_zygote):
     # before: the peer met, then gone: TensorFlow's set-up waited for ever
-    script = _met(*vanishing_peer, 3)
+    script = _met(worker_zygote, *vanishing_peer, 3)
     try:
         _, said = script.communicate(timeout=120)
     finally:
@@ -148,8 +152,8 @@ def test_tensorflows_set_up_after_the_meeting_is_bounded(vanishing_peer):
     ) in said
 
 
-def test_ctrl_c_during_tensorflows_set_up_ends_it_with_a_message(vanishing_peer):
-    script = _met(*vanishing_peer, "None")
+def test_ctrl_c_during_tensorflows_set_up_ends_it_with_a_message(vanishing_peer, worker_zygote):
+    script = _met(worker_zygote, *vanishing_peer, "None")
     try:
         _when_waiting(script)
         time.sleep(2.0)  # met; inside TensorFlow's set-up now
