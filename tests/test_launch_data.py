@@ -113,13 +113,12 @@ def test_launch_runs_a_service_for_the_job_and_stops_it(worker_zygote):
     assert _servers_of(said["address"]) == []
 
 
-def test_python_functions_of_the_launched_job_run_on_the_launchers_workers(tmp_path, worker_zygote):
+def test_python_functions_of_the_launched_job_run_on_the_launchers_workers(tmp_path):
     script = tmp_path / "train.py"
     script.write_text(_PYTHON_SCRIPT)
-    job = worker_zygote.command([sys.executable, str(script)])  # forked (conftest.py)
     result = subprocess.run(
         [sys.executable, "-m", "tfaccel", "launch", "--workers", "1", "--data-workers", "2"]
-        + ["--timeout", "300", "--", *job],
+        + ["--timeout", "300", "--", sys.executable, str(script)],
         capture_output=True,
         text=True,
         timeout=400,
