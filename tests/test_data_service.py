@@ -231,9 +231,13 @@ _KILLED_PARENT = textwrap.dedent(
 
 
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGKILL], ids=["ctrl-c", "sigkill"])
-def test_no_process_is_left_when_the_parent_is_interrupted_or_killed(sig):
+def test_no_process_is_left_when_the_parent_is_interrupted_or_killed(sig, worker_zygote):
+    # the parent forked from a process that imported TensorFlow (conftest's worker_zygote):
+    # it gets the signal this process gets (a SIGKILL to this one kills it)
     parent = subprocess.Popen(
-        [sys.executable, "-c", _KILLED_PARENT], stdout=subprocess.PIPE, text=True
+        worker_zygote.command([sys.executable, "-c", _KILLED_PARENT]),
+        stdout=subprocess.PIPE,
+        text=True,
     )
     try:
         pids = json.loads(parent.stdout.readline())

@@ -1,7 +1,6 @@
 import json
 import os
 import pathlib
-import subprocess
 import sys
 import textwrap
 
@@ -135,7 +134,7 @@ def test_builder_bad_arguments(build, match):
         build()
 
 
-def test_save_and_load_in_a_fresh_process(tmp_path):
+def test_save_and_load_in_a_fresh_process(tmp_path, jobs):
     keras.utils.set_random_seed(0)
     models = {
         "resnet18_remat": tiny_resnet(remat=True),
@@ -169,14 +168,8 @@ def test_save_and_load_in_a_fresh_process(tmp_path):
         print(json.dumps(out))
     """
     env = {**os.environ, "PYTHONPATH": str(ROOT), "TF_CPP_MIN_LOG_LEVEL": "2"}
-    result = subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(code)],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env=env,
-        cwd=ROOT,
-    )
+    # a process of its own, forked from one that imported TensorFlow (conftest's jobs)
+    result = jobs.run([sys.executable, "-c", textwrap.dedent(code)], 300, env=env, cwd=ROOT)
     assert result.returncode == 0, result.stderr[-3000:]
     layer_types = json.loads(result.stdout.strip().splitlines()[-1])
     assert "ResidualBlock" in layer_types["resnet18_remat"]
