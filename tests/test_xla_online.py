@@ -71,8 +71,9 @@ def test_the_schedule_warms_each_candidate_up_then_interleaves_rounds(monkeypatc
         order.append(candidate)
         ab.record(candidate, examples=320.0, seconds=123.0, steps=10)
     p, x = online.PLAIN, online.XLA
-    # Warm-ups (not read), then rounds in compare's order: p x, x p, p x.
-    assert order == [p, x, p, x, x, p, p, x]
+    # The plain warm-up and first reading (what XLA's compilation would cost), XLA's
+    # warm-up (not read), then rounds in compare's order: p x, x p, p x.
+    assert order == [p, p, x, x, x, p, p, x]
     assert ab.readings == {p: [3.2] * 3, x: [6.4] * 3}  # 320 examples / (planted s x 10)
     assert ab.jit_compile is True and ab.loops == 8
     choice = ab.choice()
@@ -102,6 +103,24 @@ def test_a_dropped_xla_step_keeps_the_plain_step_with_the_reason():
         "False (chosen online after 1 loop(s): XLA cannot compile the model's step "
         "(unsupported op(s): EagerPyFunc))"
     )
+
+
+def test_xla_is_not_compiled_when_the_plain_steps_tracing_projects_too_much():
+    ab = online.Alternation(epoch_steps=100)
+    ab.record(ab.next(), examples=160.0, seconds=0.5, steps=5)  # traced: 0.5 s
+    assert ab.next() == online.PLAIN and not ab.decided
+    assert ab.record(ab.next(), examples=160.0, seconds=0.005, steps=5)  # 1 ms a step
+    assert ab.decided and ab.jit_compile is False and online.XLA not in ab.warmed
+    # 0.499 s of tracing > 10 % of 100 steps of 1 ms
+    assert ab.choice().describe() == (
+        "False (chosen online after 2 loop(s): declined: the plain step's tracing (0.5 s) "
+        "projects an XLA compilation over 10% of the first epoch (100 steps of 1 ms); from "
+        "4,990 steps an epoch up it is tried)"
+    )
+    longer = online.Alternation(epoch_steps=5_000)
+    longer.record(longer.next(), 160.0, 0.5, 5)
+    longer.record(longer.next(), 160.0, 0.005, 5)
+    assert not longer.decided and longer.next() == online.XLA
 
 
 @pytest.mark.parametrize(
@@ -167,7 +186,7 @@ def test_two_replicas_alternate_and_keep_the_plain_step_xla_cannot_place(monkeyp
     auto_history, auto_weights = fit(auto)
     assert auto.runner.jit_compile is False and auto.runner.alternation.dropped
     row = auto.settings["jit_compile"]
-    assert row.startswith("False (chosen online after 2 loop(s): XLA cannot compile the model")
+    assert row.startswith("False (chosen online after 3 loop(s): XLA cannot compile the model")
     seed(6)
     forced = trainer(strategy=mirrored, jit_compile=False)
     forced_history, forced_weights = fit(forced)

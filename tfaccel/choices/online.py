@@ -9,7 +9,10 @@ XLA's compiles) and is not read; after it, the loops are paired in interleaved r
 from `timing.ROUNDS` rounds on: a 95 % interval that separates them keeps the faster,
 `timing.MAX_ROUNDS` rounds without one keep the plain step ("no measurable difference":
 the simpler). The rest of the run keeps the winner. An XLA step that does not compile is
-dropped at its first loop (that loop's batches train the plain step instead).
+dropped at its first loop (that loop's batches train the plain step instead). XLA is not
+compiled at all when the plain step's first loops project its compilation over
+`timing.PROBE_SHARE` of the first epoch (the plain step's tracing stands in for it, as in
+`timing.admit`): the plain step's warm-up and first reading come before XLA's.
 
 `Alternation` is the decision alone (no TensorFlow): which candidate runs the next loop,
 what a loop read, and the `XlaChoice` it makes. The Runner runs the loops
@@ -23,6 +26,7 @@ Example:
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 
 from tfaccel.choices import readings, timing
@@ -62,8 +66,11 @@ class Alternation:
         min_rounds: int = timing.ROUNDS,
         max_rounds: int = timing.MAX_ROUNDS,
         settle: Callable[[bool], bool] | None = None,
+        epoch_steps: int | None = None,
     ) -> None:
         self.min_rounds, self.max_rounds, self.settle = min_rounds, max_rounds, settle
+        self.epoch_steps = epoch_steps
+        self._warm_s = 0.0  # the plain step's first loop: its tracing
         self.readings: dict[str, list[float]] = {c: [] for c in CANDIDATES}
         self.warmed: list[str] = []
         self.loops = 0
@@ -88,9 +95,10 @@ class Alternation:
     def next(self) -> str:
         """The candidate of the next loop: each one's first (warm-up), then interleaved
         rounds in `compare`'s order (round r reversed when r is odd)."""
-        for c in CANDIDATES:
-            if c not in self.warmed:
-                return c
+        if PLAIN not in self.warmed or not self.readings[PLAIN]:
+            return PLAIN  # its warm-up, then one reading: what XLA's compilation would cost
+        if XLA not in self.warmed:
+            return XLA
         rounds = min(len(r) for r in self.readings.values())
         order = CANDIDATES if rounds % 2 == 0 else CANDIDATES[::-1]
         return next(c for c in order if len(self.readings[c]) <= rounds)
@@ -103,9 +111,15 @@ class Alternation:
             return False
         if candidate not in self.warmed:  # tracing / compiling: not read
             self.warmed.append(candidate)
+            self._warm_s = seconds if candidate == PLAIN else self._warm_s
             return False
         seconds = loop_seconds(candidate, seconds, steps)
         self.readings[candidate].append(examples / max(seconds, 1e-12))
+        if candidate == PLAIN and len(self.readings[PLAIN]) == 1:
+            why = self._declined(seconds / max(steps, 1))
+            if self.settle(why is not None) if self.settle is not None else why is not None:
+                self.dropped = why or "declined: another worker's first loops project more"
+                return True
         counts = {len(r) for r in self.readings.values()}
         if len(counts) > 1 or min(counts) < self.min_rounds:
             return False
@@ -117,6 +131,21 @@ class Alternation:
         except _NeedMore:
             return False
         return True
+
+    def _declined(self, step_s: float) -> str | None:
+        """Why XLA is not compiled (None: it is): the plain step's tracing, which XLA's
+        compilation takes at least as long as (`timing.admit`), over `PROBE_SHARE` of
+        the first epoch's projected time."""
+        trace = max(self._warm_s - step_s, 0.0)  # its first loop less about one step
+        epoch = self.epoch_steps or 0
+        if step_s <= 0 or not epoch or trace <= timing.PROBE_SHARE * epoch * step_s:
+            return None
+        needed = math.ceil(trace / (timing.PROBE_SHARE * step_s))
+        return (
+            f"declined: the plain step's tracing ({trace:.2g} s) projects an XLA compilation "
+            f"over {timing.PROBE_SHARE:.0%} of the first epoch ({epoch} steps of "
+            f"{step_s * 1e3:.3g} ms); from {needed:,} steps an epoch up it is tried"
+        )
 
     def drop(self, why: str) -> None:
         """XLA cannot run here (`why`): the plain step is kept."""

@@ -106,7 +106,7 @@ def resolve(
         **(methods.rows() if methods else {}),
     }
     if getattr(jit, "online", False):  # the first loops decide: their row is this table's
-        runner.alternate_xla(table, lambda: not sizer.measuring)
+        runner.alternate_xla(table, lambda: not sizer.measuring, steps_per_epoch)
     return table
 
 

@@ -26,17 +26,22 @@ class Alternating:
         raise NotImplementedError
 
     def alternate_xla(
-        self, table: dict | None = None, ready: Callable[[], bool] | None = None
+        self,
+        table: dict | None = None,
+        ready: Callable[[], bool] | None = None,
+        epoch_steps: int | None = None,
     ) -> None:
         """`jit_compile="auto"` chosen online (`tfaccel.choices.online`): the next loops
         alternate the plain and the XLA step until the readings decide, then the winner
         runs on; `table["jit_compile"]` (the settings table's row) says what was chosen.
         It starts once `ready()` (the loop size is settled: loops of one size are
-        compared). Once per runner: a later fit keeps the A/B's state."""
+        compared); `epoch_steps` bounds XLA's compilation (`Alternation`). Once per
+        runner: a later fit keeps the A/B's state."""
         if self.alternation is None:
             strategy = self.strategy
-            settle = lambda stop: not agree(strategy, float(not stop))  # noqa: E731
-            self.alternation = Alternation(settle=settle if is_multi_worker(strategy) else None)
+            agreed = lambda stop: not agree(strategy, float(not stop))  # noqa: E731
+            settle = agreed if is_multi_worker(strategy) else None
+            self.alternation = Alternation(settle=settle, epoch_steps=epoch_steps)
         self._table, self._ready = table, ready
 
     def _alternating(self) -> Alternation | None:
