@@ -262,3 +262,11 @@ def test_kill_9_mid_ab_resumes_to_the_uninterrupted_weights(tmp_path, jobs):
     assert "row: True (chosen online over the first 8 loop(s)" in resumed.stdout
     want, got = np.load(tmp_path / "whole.npy"), np.load(tmp_path / "resumed.npy")
     assert float(np.max(np.abs(want - got))) < TOLERANCE
+
+
+def test_which_rule_applies_follows_the_first_epoch_and_the_loop_size():
+    fits = online.timing.online_fits
+    assert fits(100, 5) and fits(100, None) and fits(140, 10)  # 14 loops of 10
+    assert not fits(99, 1)  # too short even for a probe: not measured
+    assert not fits(100, 50)  # 2 loops: the probe before step 1 (the earlier rule)
+    assert not fits(None, 1)  # unknown length
