@@ -155,7 +155,7 @@ def _two_free_ports() -> int:
     raise RuntimeError("no two consecutive free ports")
 
 
-def test_two_task_slurm_job_trains_identical_weights(tmp_path, scontrol):
+def test_two_task_slurm_job_trains_identical_weights(tmp_path, scontrol, worker_zygote):
     """Two processes given the variables srun sets for `srun -N1 -n2` on this host."""
     scontrol(["localhost"])
     out, ckpt = tmp_path / "out", tmp_path / "ckpt"
@@ -174,6 +174,7 @@ def test_two_task_slurm_job_trains_identical_weights(tmp_path, scontrol):
     for rank in range(2):
         env_rank = {**env, "SLURM_PROCID": str(rank), "SLURM_LOCALID": str(rank)}
         command = [sys.executable, str(JOB), "--ckpt", str(ckpt), "--out", str(out)]
+        command = worker_zygote.command(command)  # forked from one that imported TF (conftest)
         tasks.append(
             subprocess.Popen(
                 command, env=env_rank, stdout=subprocess.PIPE, stderr=subprocess.STDOUT

@@ -1,5 +1,4 @@
 import json
-import subprocess
 import sys
 import textwrap
 
@@ -9,14 +8,10 @@ import tensorflow as tf
 from tfaccel import DeviceConfigError, devices
 
 
-def run_fresh(code: str) -> str:
-    """Runs `code` in a new Python process (TensorFlow not yet initialised)."""
-    result = subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(code)],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+def run_fresh(jobs, code: str) -> str:
+    """Runs `code` in a new Python process (TensorFlow not yet initialised), forked from
+    one that imported TensorFlow and ran no op (conftest's jobs)."""
+    result = jobs.run([sys.executable, "-c", textwrap.dedent(code)], timeout=120)
     assert result.returncode == 0, result.stderr[-3000:]
     return result.stdout.strip().splitlines()[-1]
 
@@ -55,15 +50,16 @@ def test_configure_with_different_settings_after_init_says_why():
     assert "virtual_cpus" in str(info.value)
 
 
-def test_configure_in_fresh_process_splits_cpu():
+def test_configure_in_fresh_process_splits_cpu(jobs):
     out = run_fresh(
+        jobs,
         """
         import tensorflow as tf
         from tfaccel import devices
         devices.configure(virtual_cpus=3)
         devices.configure(virtual_cpus=3)
         print(len(tf.config.list_logical_devices("CPU")))
-        """
+        """,
     )
     assert out == "3"
 

@@ -1,7 +1,6 @@
 """The trained model comes out: `trainer.save("model.keras")` and `trainer.export(dir)`."""
 
 import pathlib
-import subprocess
 import sys
 import types
 
@@ -72,7 +71,7 @@ def test_exported_saved_model_serves_the_same_predictions(strategy, tmp_path):
     np.testing.assert_allclose(served.serve(x).numpy(), before, atol=1e-5)
 
 
-def test_a_fresh_process_loads_it_after_import_tfaccel(mirrored, tmp_path):
+def test_a_fresh_process_loads_it_after_import_tfaccel(mirrored, tmp_path, jobs):
     trainer, x = trained(mirrored)
     trainer.save(tmp_path / "model.keras")
     np.save(tmp_path / "x.npy", x)
@@ -85,13 +84,8 @@ def test_a_fresh_process_loads_it_after_import_tfaccel(mirrored, tmp_path):
         "np.testing.assert_allclose(after, np.load(folder + '/before.npy'), atol=1e-6)\n"
         "print('LOADED', type(model.layers[3]).__name__)\n"
     )
-    result = subprocess.run(
-        [sys.executable, "-c", code, str(tmp_path)],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        cwd=ROOT,
-    )
+    # a process of its own, forked from one that imported TensorFlow (conftest's jobs)
+    result = jobs.run([sys.executable, "-c", code, str(tmp_path)], timeout=120, cwd=ROOT)
     assert result.returncode == 0, result.stderr[-3000:]
     assert "LOADED ResidualBlock" in result.stdout
 
