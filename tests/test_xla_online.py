@@ -134,6 +134,7 @@ def test_the_ab_trains_what_the_winner_from_the_start_trains(monkeypatch, plante
     auto_history, auto_weights = fit(auto, epochs=2)
     auto_state = state()
     assert auto.runner.alternation.decided and auto.runner.jit_compile is winner
+    assert auto.jit_compile is winner and auto.jit_choice.value is winner  # the Trainer's own
     row = auto.settings["jit_compile"]
     assert row.startswith(f"{winner} (chosen online over the first ")
     if winner:

@@ -404,7 +404,6 @@ class Trainer(TrainerState):
             )
             (print if verbose else logger.info)(settings.format_table(self.settings))
             clock.lap("fit loop set-up and settings table")
-            self.preempted = False
             history = loop.run()
             compiled.copy_weights_back(self.model, self.source_model)
             return history
@@ -414,6 +413,7 @@ class Trainer(TrainerState):
             raise
         finally:
             loop.close()
+            self.jit_choice, self.jit_compile = settings.xla_after(self.runner, self.jit_choice)
             self.settings.update(loop.notes)
             self.preempted = loop.preempted
 

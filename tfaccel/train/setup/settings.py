@@ -45,6 +45,16 @@ def resolve_jit_compile(
     return value
 
 
+def xla_after(runner: Runner, choice: Choice | None) -> tuple[Choice | None, bool]:
+    """The XLA choice and `jit_compile` a fit leaves: where the first loops chose XLA
+    online (`Runner.alternation`), its verdict (until decided, the step running now);
+    else `choice` and the runner's setting, as resolved before step 1."""
+    ab = runner.alternation
+    if ab is None:
+        return choice, runner.jit_compile
+    return ab.choice(), ab.jit_compile
+
+
 def format_table(settings: dict[str, Any]) -> str:
     """Renders resolved settings as a two-column table."""
     width = max(len(key) for key in settings)
