@@ -15,6 +15,7 @@ from tfaccel.train.step.losses import loss_scale_of
 if TYPE_CHECKING:
     from tfaccel.choices.choice import Choice
     from tfaccel.choices.loop_size import LoopSizer
+    from tfaccel.choices.xla import XlaChoice
     from tfaccel.data import Feed
     from tfaccel.train.setup.methods_setup import Methods
     from tfaccel.train.setup.model_steps import ModelSteps
@@ -45,7 +46,7 @@ def resolve_jit_compile(
     return value
 
 
-def xla_after(runner: Runner, choice: Choice | None) -> tuple[Choice | None, bool]:
+def xla_after(runner: Runner, choice: XlaChoice | None) -> tuple[XlaChoice | None, bool]:
     """The XLA choice and `jit_compile` a fit leaves: where the first loops chose XLA
     online (`Runner.alternation`), its verdict (until decided, the step running now);
     else `choice` and the runner's setting, as resolved before step 1."""
