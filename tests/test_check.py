@@ -11,14 +11,10 @@ from tfaccel import check, cli
 from tfaccel.check import suite as checks
 
 
-def test_tfaccel_check_passes_or_skips_every_check_with_a_reason(tmp_path):
+def test_tfaccel_check_passes_or_skips_every_check_with_a_reason(tmp_path, jobs):
     out = tmp_path / "check.json"
-    done = subprocess.run(
-        [sys.executable, "-m", "tfaccel", "check", "--json", str(out)],
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
+    # a process of its own, forked from one that imported TensorFlow (conftest's jobs)
+    done = jobs.run([sys.executable, "-m", "tfaccel", "check", "--json", str(out)], 600)
     assert done.returncode == 0, done.stdout + done.stderr[-3000:]
     table = done.stdout
     header = [cell.strip() for cell in table.splitlines()[0].split(" | ")]
