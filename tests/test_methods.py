@@ -10,6 +10,7 @@ import tensorflow as tf
 
 import tfaccel
 from tfaccel import methods
+from tfaccel.methods.adaptive import Plateau
 
 RNG = np.random.default_rng(0)
 X = RNG.normal(size=(40, 6)).astype("float32")
@@ -391,8 +392,8 @@ def test_fast_resolves_per_kind_and_unknown_names_are_refused():
     [
         (
             "sequence",
-            [("one-cycle", (10.0, 0.3)), ("label smoothing", None)],
-            [("progressive batch", (4, 3, 0.2)), ("one-cycle", (3.0, 0.1))],
+            [("plateau", (10.0, 1.0)), ("label smoothing", None)],
+            [("progressive batch", (4, 3, 0.2)), ("plateau", (3.0, 1.0))],
         ),
         (
             "tabular",
@@ -405,7 +406,8 @@ def test_fast_for_sequences_and_tables_depends_on_the_jobs_length(kind, short_st
     def settings(method):
         if isinstance(method, methods.ProgressiveBatch):
             return (method.default_growth, method.stages, method.until)
-        return (method.scale, method.warmup) if isinstance(method, methods.OneCycle) else None
+        scheduled = isinstance(method, methods.OneCycle | Plateau)
+        return (method.scale, method.warmup) if scheduled else None
 
     def stack(steps=None):
         given = None if steps is None else job(epochs=10, steps=steps)

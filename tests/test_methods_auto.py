@@ -46,7 +46,7 @@ def test_a_short_job_declines_without_reading_a_batch_cloning_or_training(monkey
     assert all(np.array_equal(a, b) for a, b in zip(before, made.model.get_weights(), strict=True))
     assert f"probed from {auto.probes_from(3):,} steps" in plan.chosen
     assert "120 optimizer steps is too short" in plan.chosen and '"fast"\'s stack' in plan.chosen
-    assert [m.name for m in plan.methods] == ["one-cycle", "label smoothing"]  # fast's, short GRU
+    assert [m.name for m in plan.methods] == ["plateau", "label smoothing"]  # fast's, short GRU
     assert plan.table()[0] == ("fast", plan.chosen) and "auto: no probe" in plan.describe()
 
 
@@ -142,7 +142,7 @@ def test_probes_whose_seconds_outgrow_the_share_stop_after_the_plain_stack(monke
 
 
 def test_resolve_accepts_auto_and_lists_it_among_the_valid_names():
-    assert [m.name for m in resolve("auto", "sequence")] == ["one-cycle", "label smoothing"]
+    assert [m.name for m in resolve("auto", "sequence")] == ["plateau", "label smoothing"]
     with pytest.raises(ValueError, match="use 'fast', 'none', 'auto' or a list"):
         resolve("fastest", "image")
     with pytest.raises(TypeError, match=r"a method or a list of methods .*, or 'auto'"):

@@ -98,7 +98,7 @@ def test_settings_table_names_each_method_and_what_fast_dropped(capsys):
     ours.fit(images, epochs=2, verbose=1)
     table = capsys.readouterr().out
     names = [m.name for m in ours.methods.plan.methods]
-    assert names == ["one-cycle", "label smoothing"]
+    assert names == ["plateau", "label smoothing"]
     assert all(f"method: {name}" in table for name in [*names, "fast", "progressive batch"])
     assert "accumulate_steps=1" in ours.settings["method: progressive batch"]  # saying why
 
