@@ -148,7 +148,12 @@ def test_progressive_batch_cycle_ends_at_the_last_step_model_fit_runs(n, batch, 
     x, y = images(n)
     data = tf.data.Dataset.from_tensor_slices((x, y)).shuffle(n, seed=1).batch(batch)
     model = image_model()
-    plan = methods.for_fit("fast", model, data, epochs=epochs, loss=LOSS, optimizer="adam")
+    stack = [  # the image stack "fast" held with its one-cycle (a cycle that ends)
+        methods.ProgressiveBatch(growth=8, stages=4, until=0.4),
+        methods.OneCycle(scale=10.0),
+        methods.LabelSmoothing(0.1),
+    ]
+    plan = methods.for_fit(stack, model, data, epochs=epochs, loss=LOSS, optimizer="adam")
     growth, cycle = plan.methods[0], plan.methods[1]
     assert isinstance(growth, methods.ProgressiveBatch) and isinstance(cycle, methods.OneCycle)
     model.compile(plan.optimizer, plan.loss)
