@@ -47,7 +47,7 @@ def test_a_short_job_declines_without_reading_a_batch_cloning_or_training(monkey
     assert f"probed from {auto.probes_from(3):,} steps" in plan.chosen
     assert "120 optimizer steps is too short" in plan.chosen and '"fast"\'s stack' in plan.chosen
     assert [m.name for m in plan.methods] == ["plateau", "label smoothing"]  # fast's, short GRU
-    assert plan.table()[0] == ("fast", plan.chosen) and "auto: no probe" in plan.describe()
+    assert plan.table()[0] == ("auto", plan.chosen) and "auto: no probe" in plan.describe()
 
 
 def test_the_size_rule_by_hand():
@@ -160,5 +160,19 @@ def test_for_fit_and_the_trainer_take_auto_and_say_why_they_did_not_probe():
     trained = trainer("auto")
     trained.fit(data, epochs=2, verbose=0)
     rows = trained.methods.rows()
-    assert rows["method: fast"].startswith("auto: no probe (")
+    assert rows["method: auto"].startswith("auto: no probe (")
     assert int(trained.step) == 8
+
+
+def test_for_fit_probes_a_long_job_on_its_own_dataset(untimed):
+    model, data = build(), tf.data.Dataset.from_tensor_slices((X, Y)).batch(16)
+    plan = methods.for_fit(
+        "auto",
+        model,
+        data.shuffle(64, seed=0),
+        epochs=1_100,
+        loss="sparse_categorical_crossentropy",
+        optimizer="adam",
+    )
+    assert plan.chosen.startswith("auto: probed none, fast, ")
+    assert plan.table()[0] == ("auto", plan.chosen)

@@ -106,7 +106,9 @@ class MethodPlan:
         dropped: `(name, why)` for what was left out: a method by the composition rules
             or its check (with "fast"), the optimizer's own schedule replaced by one of
             the methods; each is warned (`plan_for`).
-        chosen: why these methods, for `methods="fast"` (None when the user listed them).
+        chosen: why these methods, for `methods="fast"` or `"auto"` (None when the user
+            listed them).
+        chooser: which of the two chose them: "fast" or "auto" (the table's row).
         one_hot: whether sparse labels are turned into one-hot targets.
         smoothing: the label smoothing of the categorical loss.
     """
@@ -123,6 +125,7 @@ class MethodPlan:
         self.methods: list[Method] = []
         self.dropped: list[tuple[str, str]] = []
         self.chosen: str | None = None
+        self.chooser = "fast"
         self.one_hot = False
         self.smoothing = 0.0
         self.seed = 0  # the batch maps' seed (`plan_for` sets it)
@@ -148,10 +151,10 @@ class MethodPlan:
         self.optimizer = rebuilt(self.optimizer, **changes)
 
     def table(self) -> list[tuple[str, str]]:
-        """`("fast", why)` when "fast" chose, `(method, what it changes)` rows, then
+        """`("fast" or "auto", why)` when either chose, `(method, what it changes)` rows, then
         `(method, "dropped: why")` rows; for `for_fit`'s plan, a "labels" row when they
         were made one-hot (validate on `evaluation_data`) and the "input" row."""
-        rows = [("fast", self.chosen)] if self.chosen else []
+        rows = [(self.chooser, self.chosen)] if self.chosen else []
         rows += [(m.name, m.changes) for m in self.methods]
         rows += [(name, f"dropped: {why}") for name, why in self.dropped]
         if self.one_hot and self.dataset is not None:  # for_fit's: model.fit takes val as is

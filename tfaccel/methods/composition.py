@@ -164,9 +164,9 @@ FAST_CARD = Card(
         "a generous declaration still moves the progressive batch's stages and the length "
         "rule (both read the declared epochs), and the tables' one-cycle; the figures above "
         "were measured with the one-cycle in place of `Plateau`; jobs whose first epoch "
-        "(tracing, the first "
-        "validation) is most of their time gain less than their path; the Trainer drops "
-        "the progressive batch, saying so (one batch per job)"
+        "(tracing, the first validation) is most of their time gain less than their path; "
+        "a Trainer with `accumulate_steps` or a dataset function on several replicas drops "
+        "the progressive batch, saying so"
     ),
     measured=(
         "The image stack: on the CIFAR-shaped CNN the target came in two epochs on every "
@@ -313,7 +313,7 @@ def plan_for(
     """
     kind, note = read_kind(job.element_spec, job.model, kind)  # the model, else the rank
     seed = 0 if seed is None else int(seed)  # the batches' content varies the draws
-    why = None
+    why, asked = None, methods
     if methods == "auto":
         choice = _auto(job, kind, seed, data)
         methods, why = choice.methods, choice.text + note
@@ -324,6 +324,7 @@ def plan_for(
     if fast:
         why = f"{why}: {_why_fast(kind, job)}" if why else _why_fast(kind, job) + note
     plan.chosen = why
+    plan.chooser = "auto" if asked == "auto" else "fast"
     plan.seed = seed
     for method in chosen:
         try:

@@ -385,7 +385,9 @@ def for_fit(
         batch_size = _batch_of(dataset, spec)
     steps = steps_of(dataset, options.get("steps_per_epoch"))
     job = Job(model, loss, optimizer_object(optimizer), spec, epochs, steps, batch_size)
-    plan = _fit_plan(plan_for(methods, job, kind=options.get("kind"), seed=options.get("seed")))
+    probed = dataset if isinstance(dataset, tf.data.Dataset) else None  # "auto"'s probes
+    kind, seed = options.get("kind"), options.get("seed")
+    plan = _fit_plan(plan_for(methods, job, kind=kind, seed=seed, data=probed))
     for regroup in plan.regroups:
         dataset = (
             regroup(dataset)

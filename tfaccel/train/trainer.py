@@ -104,7 +104,7 @@ class Trainer(TrainerState):
             random states and the data's position are as if nothing had been timed. A
             model object trained as a copy gets the trained weights back when fit ends.
         methods: `tfaccel.methods` to apply: a list, "fast" (the stack measured best for the
-            job's kind) or None; applied at the first `fit` (`setup.methods_setup`).
+            job's kind), "auto" ("fast"'s stack here, unprobed) or None; at the first fit.
 
     Raises:
         TypeError: `model` is not a model or a function building one; `optimizer`
