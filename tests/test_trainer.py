@@ -148,7 +148,7 @@ def test_settings_table_is_printed(capsys):
         assert key in out
     assert ours.settings["global_batch"] == 16
     assert ours.settings["steps_per_loop"] == 5
-    assert ours.settings["jit_compile"].startswith("False (not measured: a job of")
+    assert ours.settings["jit_compile"].startswith("False (not measured: a first epoch of")
 
 
 @pytest.mark.parametrize("policy", ["mixed_float16", "mixed_bfloat16"])
