@@ -4,9 +4,9 @@ The jobs here are the *choice* jobs: the only ones the stacks of `methods="fast"
 thresholds such as `methods.LONG_JOB_STEPS`, the cycle's scales and the other defaults were
 screened and chosen on, so their figures are in-sample. The *held-out* jobs, never used
 to choose anything (published keras.io examples ported as written, each with its own
-recipe), are in `heldout_jobs.py` and run by `time_to_accuracy_heldout.py` (or this
-script with `--heldout`, which passes the rest of its arguments on: `--jobs`, `--seeds`,
-`--lengths`, `--paths`); their figures are the ones to quote as what a new user gets.
+recipe), are in `heldout_jobs.py` and run by `time_to_accuracy_heldout.py` (`--jobs`,
+`--seeds`, `--lengths`, `--paths`), which imports this script's timing; their figures are
+the ones to quote as what a new user gets.
 
 Four choice jobs on data scikit-learn ships (offline, real, not random labels):
 
@@ -64,7 +64,6 @@ import gc
 import json
 import math
 import pathlib
-import sys
 import time
 
 import keras
@@ -532,11 +531,6 @@ def summarize_only(out: pathlib.Path) -> None:
 
 
 def main() -> None:
-    if "--heldout" in sys.argv:  # the held-out jobs' harness, with the rest of the arguments
-        sys.argv.remove("--heldout")
-        import time_to_accuracy_heldout
-
-        return time_to_accuracy_heldout.main()
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", type=int, default=3)
     parser.add_argument("--jobs", nargs="*", default=list(JOBS))
