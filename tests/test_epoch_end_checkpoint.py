@@ -4,12 +4,12 @@ with `OneCycle`, `Plateau`'s own decay — survives a kill -9 right after that e
 resumed run ends with the uninterrupted run's weights and factor."""
 
 import signal
-import sys
 
 import keras
 import numpy as np
 import pytest
 import tensorflow as tf
+from test_trainer_progressive_batch import killed_and_resumed
 
 import tfaccel
 from tfaccel.methods.adaptive.plateau import Plateau
@@ -75,21 +75,8 @@ def test_a_rate_lowered_at_an_epochs_end_survives_a_kill_right_after_it(which, t
     """Epoch 2 (steps 4-7) ends with the rate halved; killed at step 8, resumed from the
     checkpoint of epoch 2's end: the weights and factor of the run never killed
     (ReduceLROnPlateau: 0.5, its cooldown holding epoch 3; Plateau: 0.25)."""
-    script = tmp_path / "job.py"
-    script.write_text(JOB)
-
-    def job(directory, kill_at, out):
-        args = [sys.executable, str(script), directory, str(kill_at), str(tmp_path / out)]
-        return jobs.run([*args, which], timeout=300)  # a process of its own (conftest.py)
-
-    whole = job("", 0, "whole.npy")
-    assert whole.returncode == 0, whole.stderr[-2000:]
-    killed = job(str(tmp_path / "ckpt"), 8, "never.npy")
-    assert killed.returncode == -signal.SIGKILL, killed.stderr[-2000:]
-    resumed = job(str(tmp_path / "ckpt"), 0, "resumed.npy")
-    assert resumed.returncode == 0, resumed.stderr[-2000:]
-    assert "started at step 8" in resumed.stdout  # the epoch-2 checkpoint, not epoch 1's
-    want, got = np.load(tmp_path / "whole.npy"), np.load(tmp_path / "resumed.npy")
+    want, got, out = killed_and_resumed(jobs, tmp_path, JOB, 8, which)
+    assert "started at step 8" in out  # the epoch-2 checkpoint, not epoch 1's
     assert want[-1] == (0.5 if which == "reduce" else 0.25)
     assert got[-1] == want[-1]
     assert float(np.max(np.abs(want - got))) < 1e-6

@@ -219,25 +219,32 @@ np.save(out, np.concatenate([w.ravel() for w in trainer.model.get_weights()]))
 """
 
 
+def killed_and_resumed(jobs, tmp_path, script, kill_at, *extra):
+    """Runs the job `script` (argv: checkpoint dir, kill step, output .npy, *extra) whole,
+    then killed with SIGKILL at `kill_at`, then resumed; returns (the whole run's and the
+    resumed run's saved arrays, the resumed run's stdout). Each is a process of its own."""
+    path = tmp_path / "job.py"
+    path.write_text(script)
+
+    def job(directory, kill, out):
+        args = [sys.executable, str(path), directory, str(kill), str(tmp_path / out)]
+        return jobs.run([*args, *extra], timeout=300)  # a process of its own (conftest.py)
+
+    whole = job("", 0, "whole.npy")
+    assert whole.returncode == 0, whole.stderr[-2000:]
+    killed = job(str(tmp_path / "ckpt"), kill_at, "never.npy")
+    assert killed.returncode == -signal.SIGKILL, killed.stderr[-2000:]
+    resumed = job(str(tmp_path / "ckpt"), 0, "resumed.npy")
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    return np.load(tmp_path / "whole.npy"), np.load(tmp_path / "resumed.npy"), resumed.stdout
+
+
 @pytest.mark.parametrize("replicas", ["1", "2"])
 def test_kill_9_mid_stage_resumes_to_the_uninterrupted_weights(replicas, tmp_path, jobs):
     """Killed after global step 11 (epoch 2, the batch of 16: steps 8-11), resumed from
     the save of step 9 or 10 (asynchronous: one may be in flight), mid-stage: the weights
     of the run never killed."""
-    script = tmp_path / "job.py"
-    script.write_text(JOB)
-
-    def job(directory, kill_at, out):
-        args = [sys.executable, str(script), directory, str(kill_at), str(tmp_path / out)]
-        return jobs.run([*args, replicas], timeout=300)  # a process of its own (conftest.py)
-
-    whole = job("", 0, "whole.npy")
-    assert whole.returncode == 0, whole.stderr[-2000:]
-    killed = job(str(tmp_path / "ckpt"), 11, "never.npy")
-    assert killed.returncode == -signal.SIGKILL, killed.stderr[-2000:]
-    resumed = job(str(tmp_path / "ckpt"), 0, "resumed.npy")
-    assert resumed.returncode == 0, resumed.stderr[-2000:]
-    started = int(resumed.stdout.split("started at step")[1].split()[0])
+    want, got, out = killed_and_resumed(jobs, tmp_path, JOB, 11, replicas)
+    started = int(out.split("started at step")[1].split()[0])
     assert 8 < started < 12  # mid-epoch 2, in the stage of batch 16
-    want, got = np.load(tmp_path / "whole.npy"), np.load(tmp_path / "resumed.npy")
     assert float(np.max(np.abs(want - got))) < 1e-6
