@@ -75,6 +75,7 @@ def test_trainer_path_equals_model_fit_path_for_label_smoothing_and_schedule():
     np.testing.assert_allclose(history["loss"], expected["loss"], rtol=1e-5)
     np.testing.assert_allclose(history["val_accuracy"], expected["val_accuracy"], rtol=1e-5)
     np.testing.assert_allclose(history["val_loss"], expected["val_loss"], rtol=1e-5)
+    assert "batch_size" not in history and "batch_size" not in expected  # no batch grown
     assert ours.settings["method: label smoothing"].startswith("the loss")
     assert ours.settings["method: one-cycle"].startswith("the learning rate")
     got = ours.evaluate(dataset())  # sparse labels, one-hot'ed as in training

@@ -89,7 +89,7 @@ def test_two_replicas_train_as_one(mirrored):
     assert max_diff(one.model.get_weights(), two.model.get_weights()) < 1e-5
 
 
-def test_the_trainer_trains_what_model_fit_trains_through_for_fit():
+def test_the_trainer_trains_what_model_fit_trains_through_for_fit(tmp_path):
     """The same examples in each step: equal weights and losses to model.fit's, with a
     partial last batch (regrouped per epoch, square-root rate, one-cycle sized to the
     stages' steps). Unshuffled: for_fit's regrouping (a `flat_map` around the data) draws
@@ -100,11 +100,30 @@ def test_the_trainer_trains_what_model_fit_trains_through_for_fit():
         grown(), reference, dataset(), epochs=4, loss=LOSS, optimizer=keras.optimizers.SGD(0.1)
     )
     reference.compile(plan.optimizer, plan.loss)
-    expected = reference.fit(plan.dataset, epochs=4, callbacks=plan.callbacks, verbose=0)
+    board = keras.callbacks.TensorBoard(str(tmp_path / "fit"))
+    callbacks = [*plan.callbacks, board]
+    expected = reference.fit(plan.dataset, epochs=4, callbacks=callbacks, verbose=0)
     ours = trainer()
-    history = ours.fit(dataset(), epochs=4, verbose=0)
+    board = keras.callbacks.TensorBoard(str(tmp_path / "trainer"))  # before the methods'
+    history = ours.fit(dataset(), epochs=4, callbacks=[board], verbose=0)
     assert max_diff(reference.get_weights(), ours.model.get_weights()) < 1e-6
     np.testing.assert_allclose(history.history["loss"], expected.history["loss"], rtol=1e-5)
+    # Each epoch's stage batch in the logs: 8 x the factors 1, 2, 4, 4 (grown()'s stages).
+    assert history.history["batch_size"] == expected.history["batch_size"] == [8, 16, 32, 32]
+    for run in ("fit", "trainer"):
+        assert scalars(tmp_path / run / "train", "epoch_batch_size") == [8, 16, 32, 32]
+
+
+def scalars(folder, tag):
+    """The values a TensorBoard event file in `folder` holds for `tag`, in step order."""
+    found = {}
+    for path in folder.glob("events.out.tfevents.*"):
+        for record in tf.data.TFRecordDataset(str(path)):
+            event = tf.compat.v1.Event.FromString(record.numpy())
+            for value in event.summary.value:
+                if value.tag == tag:
+                    found[event.step] = float(tf.make_ndarray(value.tensor))
+    return [found[step] for step in sorted(found)]
 
 
 def test_fast_grows_the_batch_of_an_image_job_in_the_trainer():

@@ -18,7 +18,9 @@ step more at the end of each epoch of unknown length (its last call finds no bat
 the step counter moves), which the cycle does not see. The learning
 rate (constant or scheduled) is multiplied by `growth ** rate_power` in each stage: the
 square-root rule adaptive optimizers (Adam) follow when the batch grows (`rate_power=1`
-for SGD's linear rule, 0 to leave the rate alone).
+for SGD's linear rule, 0 to leave the rate alone). Each epoch's logs carry `batch_size`, the
+stage's global batch (in the History, and in `TensorBoard` as `epoch_batch_size` when it
+follows `plan.callbacks`); without the method the key is absent, as in `model.fit`.
 
 In the Trainer (`tfaccel.train.state.batch_stages`) each epoch's batches are regrouped
 alike in its input stream (the stage a function of the epoch, the step loop traced once
@@ -84,12 +86,16 @@ def _pow2_growth(target: float, start: int) -> int:
 
 
 class SetBatchGrowth(keras.callbacks.Callback):
-    """Sets the regrouping factor at each epoch's start: `factors[stage(epoch)]`.
+    """Sets the regrouping factor at each epoch's start: `factors[stage(epoch)]`; each
+    epoch's logs get `batch_size`, the stage's global batch (`factor × batch`), so the
+    History and a `TensorBoard` after it in the callbacks (`epoch_batch_size`) show it.
 
     An epoch of larger batches has fewer steps than Keras counted in the first (the data's
     length is unknown to it): `model.fit` ends that epoch at the data's end, as it should,
     and would warn that the input "ran out of data"; that warning is silenced during `fit`.
     """
+
+    batch = 0  # the start batch, set by the method (0: no `batch_size` in the logs)
 
     def __init__(self, variable: tf.Variable, factors: tuple[int, ...], epochs: int, until: float):
         super().__init__()
@@ -115,6 +121,10 @@ class SetBatchGrowth(keras.callbacks.Callback):
         factor = self.factor_at(epoch)
         self.variable.assign(factor)
         self.seen.append(factor)
+
+    def on_epoch_end(self, epoch: int, logs: dict | None = None) -> None:
+        if logs is not None and self.batch:  # the Trainer's loop may have set it already
+            logs.setdefault("batch_size", self.factor_at(epoch) * self.batch)
 
 
 class ProgressiveBatch(Method):
@@ -291,6 +301,7 @@ class ProgressiveBatch(Method):
         with tf.init_scope():
             variable = tf.Variable(1, dtype=tf.int64, trainable=False, name="batch_growth")
         self.callback = SetBatchGrowth(variable, self.factors, job.epochs, self.until)
+        self.callback.batch = cast(int, job.batch_size)
         plan.callbacks.append(self.callback)
         plan.job = dataclasses.replace(job, epoch_steps=self.epoch_steps(job, self.callback))
         size = tf.constant(job.batch_size, tf.int64)

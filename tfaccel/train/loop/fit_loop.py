@@ -199,6 +199,8 @@ class FitLoop:
                     return self._stop_for_preemption(epoch_logs)
                 epoch_logs = self.runner.epoch_logs()
                 epoch_logs.update(self.validation.logs(self.runner, self.callbacks))
+                if self.stages is not None:  # before every callback: History, TensorBoard
+                    epoch_logs["batch_size"] = self.stages.factor(epoch) * self.stages.batch
                 if status == "done":
                     self.runner.set_position(epoch=epoch + 1, epoch_step=0)
                 # Saved after the callbacks: what their `on_epoch_end` changed (a rate
