@@ -203,11 +203,14 @@ def check(
     epoch_steps: int | None,
     batch: int | None,
     strategy: tf.distribute.Strategy | None = None,
+    steps: int | None = None,
 ) -> Outcome:
     """The paired check of `chosen` against `kept`: `run(steps)` returns both settings'
-    per-step losses (`paired_losses`). A first epoch too short, or a check that cannot
-    run, does not adopt `chosen` (the reason says why)."""
-    steps = check_steps(epoch_steps)
+    per-step losses (`paired_losses`), `steps` a setting (default: `check_steps` of the
+    first epoch; the doctor, which trains nothing after, passes its own). A first epoch
+    too short, or a check that cannot run, does not adopt `chosen` (the reason says why;
+    `examples` is 0: unchecked)."""
+    steps = check_steps(epoch_steps) if steps is None else steps
     if steps is None:
         return Outcome(False, 0, {}, f"{NOT_ADOPTED}: {too_short(epoch_steps)}")
     began = time.perf_counter()

@@ -15,7 +15,7 @@ from tfaccel.choices import timing, xla
 from tfaccel.data.assembly.feed import Feed
 from tfaccel.data.assembly.plan import graph_stages, missing
 from tfaccel.data.iterators import adopt
-from tfaccel.doctor import fix_rules, machine, measure, mfu, variants
+from tfaccel.doctor import fix_rules, machine, measure, mfu, paired, variants
 from tfaccel.doctor import verdict as rules
 from tfaccel.doctor.phases import (
     MIN_WINDOW_S,
@@ -72,7 +72,9 @@ def diagnose(
       peak RSS on a CPU (against the host's RAM);
     - precision: the forward and backward passes under each dtype policy this hardware
       offers (`choices.policy.candidates`; none to time on a CPU without bf16 or fp16
-      instructions), against the current one;
+      instructions), against the current one; a policy faster by 1.05x or more is then
+      judged by outcome (`doctor.paired`): the paired loss check on the job's own model
+      and first batches, whose verdict its fix states and is ranked by;
     - on a CPU, this machine's matmul peak (in the fastest precision) and the model's
       FLOPs, for the compute line;
     - with `deep=True`, XLA: the forward and backward passes on the cached batch with
@@ -128,6 +130,8 @@ def diagnose(
     finally:
         with runner.restoring():
             state.restore()
+    # From the job's own weights (restored): the check trains copies of the model.
+    notes += paired.check_precision(runner, feed, measured)
     report = Report(
         verdict=rules.verdict(measured),
         measured=measured,

@@ -205,6 +205,8 @@ def _precision_fix(m: Measured) -> list[Fix]:
     if found is None:
         return []
     policy, speedup = found
+    checked = m.precision_outcome or {}
+    checked = checked if checked.get("policy") == policy else {}
     return _measured_compute_fix(
         m,
         f'Trainer(..., precision="auto") (it measured {policy})'
@@ -215,6 +217,8 @@ def _precision_fix(m: Measured) -> list[Fix]:
         f"{policy} as under {m.dtype_policy}",
         numerics=True,
         code=None if m.trainer else _policy_code(policy),
+        outcome=checked.get("reason"),
+        adopted=checked.get("adopted"),
     )
 
 
@@ -333,9 +337,11 @@ def largest_batch(m: Measured) -> int | None:
 
 def fixes(m: Measured) -> list[Fix]:
     """Fixes for the verdict's stage first, then the others worth listing; in each part,
-    by predicted time to accuracy: the fixes that keep the numerics (the same path to the
-    target in less time a step) by predicted gain, then those that change them (their gain
-    is in examples/s; the epochs may grow), then those that hold only under a condition."""
+    by predicted time to accuracy (`Fix.time_to_accuracy`): the fixes that keep the path
+    (the numerics, or a change the paired loss check found no worse) by predicted gain,
+    then the numerics changes unchecked (their gain is in examples/s; the epochs may grow),
+    then those that hold only under a condition. A fix the check found worse ("faster
+    steps, not adopted") comes last of all: it is never proposed first."""
     found = {
         "input": input_fixes(m),
         "host": host_fixes(m),
@@ -350,8 +356,15 @@ def fixes(m: Measured) -> list[Fix]:
         key=_rank,
     )
     others = [f for fs in found.values() for f in fs if worth_listing(f)]
-    return ranked + sorted(others, key=_rank)
+    listed = ranked + sorted(others, key=_rank)
+    return [f for f in listed if f.adopted is not False] + [f for f in listed if f.adopted is False]
 
 
 def _rank(fix: Fix) -> tuple:
-    return (fix.condition is not None, fix.numerics, -(fix.gain or 0.0), fix.measured is None)
+    unchecked = fix.numerics and fix.time_to_accuracy() is None
+    return (
+        fix.condition is not None,
+        unchecked,
+        -(fix.time_to_accuracy() or fix.gain or 0.0),
+        fix.measured is None,
+    )

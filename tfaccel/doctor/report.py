@@ -131,9 +131,9 @@ class Report:
         lines.append(self._compute_line())
         lines.append(self.mfu.line() if self.mfu else "MFU: not measured (FLOPs not countable).")
         lines.append(
-            "Fixes, best first (predicted examples/s after ÷ now; those that change the "
-            "numerics after those that keep them: their gain is in examples/s, not time "
-            "to accuracy):"
+            "Fixes, best first by predicted time to accuracy (examples/s after ÷ now for "
+            "those that keep the path; numerics changes unchecked after them, their gain in "
+            "examples/s; those a paired loss check found worse last):"
         )
         if not self.fixes:
             lines.append("  none found")

@@ -23,8 +23,12 @@ the real step measured where it is slower than the model): with
 prefetch input and step overlap, `max(t_in, t_step)`; without, `t_in + t_step`, where
 `t_in` is the input as the real step saw it (`effective_input_s`). Input fixes are
 timed on the pipeline with the fix applied where that is cheap (`doctor.variants`).
-Fixes are sorted by predicted gain; those that hold only under a condition (a cache
-needs deterministic maps) come after the others of their stage.
+Fixes are ranked by predicted time to accuracy (`Fix.time_to_accuracy`: the gain × the
+paired loss check's verdict): the verdict's stage first, in each part the fixes that keep
+the path (the numerics, or a lower precision whose check found the loss after the same
+examples no worse) by predicted gain, then the numerics changes not checked, then those
+that hold only under a condition (a cache needs deterministic maps); a fix whose check
+found the loss worse comes last of all ("faster steps, not adopted").
 """
 
 from __future__ import annotations
@@ -78,6 +82,8 @@ class Measured:
     matmul_peak_policy: str = "float32"  # the policy whose matmul peak is `matmul_peak`
     precision_rates: dict | None = None  # examples/s of the passes per candidate policy
     precision_why: str = ""  # the candidates' reason (one candidate: nothing to measure)
+    precision_outcome: dict | None = None  # the paired loss check of the fastest other
+    # policy (`doctor.paired`): policy, adopted, reason, examples, losses; None: not run
     input_startup_s: float | None = None  # a fresh iterator's first batch (once an epoch)
     startup_spread_s: float = 0.0  # of input_s and real_s: the start-up spread over an epoch
     epoch_steps: int | None = None  # steps an epoch holds (None: endless or unknown)
@@ -111,22 +117,40 @@ class Fix:
     numerics: bool = False  # changes what is computed (precision, batch): the path may change
     code: str | None = None  # for a model.fit script: the Keras statement, run on `model`
     outcome: str | None = None  # a numerics fix: the paired loss check's verdict, if run
+    adopted: bool | None = None  # that check: False found the loss worse; None: not run
+
+    def time_to_accuracy(self) -> float | None:
+        """The predicted time-to-accuracy gain: the gain × the paired loss check's verdict
+        (1 for a fix that keeps the numerics or whose check found the loss no worse, 0 for
+        one found worse); None where unknown (no gain, or a numerics change unchecked)."""
+        if self.gain is None or (self.numerics and self.outcome is None):
+            return None
+        return 0.0 if self.adopted is False else self.gain
 
     def line(self) -> str:
         """One line: the action, its predicted gain, why, and when it applies. A fix that
         changes the numerics is not predicted as a time-to-accuracy gain without a paired
         loss check's verdict (`outcome`): its gain is stated in examples/s."""
         gain = "" if self.gain is None else f" (predicted {self.gain:.2f}x)"
-        if self.gain is not None and self.numerics and self.outcome is None:
+        if self.gain is not None and self.numerics and self.time_to_accuracy() is None:
             gain = f" (predicted {self.gain:.2f}x examples/s; time to accuracy unchecked)"
+        if self.gain is not None and self.adopted is False:
+            gain = f" (predicted {self.gain:.2f}x examples/s)"
         when = f", {self.condition}" if self.condition else ""
-        numerics = (
-            "; changes the numerics: the gain is in examples/s, the epochs to the target may "
-            "grow (adopt it once a paired check finds the loss after the same examples no "
-            "worse" + (f": {self.outcome})" if self.outcome else ")")
-            if self.numerics
-            else ""
-        )
+        numerics = ""
+        if self.numerics and self.adopted is False:
+            numerics = f"; changes the numerics: {self.outcome}"
+        elif self.numerics and self.outcome:
+            numerics = (
+                "; changes the numerics (the paired loss check found the loss after the "
+                f"same examples no worse: {self.outcome})"
+            )
+        elif self.numerics:
+            numerics = (
+                "; changes the numerics: the gain is in examples/s, the epochs to the target "
+                "may grow (adopt it once a paired check finds the loss after the same "
+                "examples no worse)"
+            )
         return f"{self.action}{gain}: {self.why}{when}{numerics}"
 
 
