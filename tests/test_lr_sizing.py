@@ -52,7 +52,8 @@ def test_a_job_too_small_to_pay_runs_nothing(tmp_path, monkeypatch):
     assert not model.optimizer.built  # not even its slots
     out = report.to_dict()
     assert json.loads(json.dumps(out, allow_nan=False)) == out
-    assert "too small to pay" in str(report)
+    assert "too small to pay" in str(report) and report.batch_size == 16
+    assert str(report).startswith("learning rate: none at batch 16; too small to pay")
     report.plot(tmp_path / "lr.png")
     assert (tmp_path / "lr.png").stat().st_size > 0
 
@@ -67,15 +68,18 @@ def test_a_job_of_known_size_gets_a_ramp_of_its_share(monkeypatch):
     )
     assert report.ramp_steps == 50 and report.steps == 50 and len(report.losses) == 50
     assert report.stopped == "end of ramp"
+    assert report.batch_size == 16 and " at batch 16" in str(report)  # the batch it is for
     # arrays: the batch is batch_size; a large job is capped by num_steps
     report = tuning.find_learning_rate(
         _model(), X, Y, batch_size=8, job_examples=10**6, max_lr=1e-2, num_steps=40
     )
-    assert report.ramp_steps == 40 == report.steps
+    assert report.ramp_steps == 40 == report.steps and report.batch_size == 8
 
 
 def test_sizing_needs_the_batch():
     unknown = tf.data.Dataset.from_tensor_slices((X, Y)).batch(16)  # last batch may be short
+    assert lr_sizing.assumed_batch(unknown, None, None) is None  # a report then names none
+    assert lr_sizing.assumed_batch(X, Y, None) == 32  # arrays: Keras' default batch
     with pytest.raises(ValueError, match="pass batch_size"):
         tuning.find_learning_rate(_model(), unknown, job_examples=10**6)
     with pytest.raises(ValueError, match="positive integer"):

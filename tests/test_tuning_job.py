@@ -108,7 +108,7 @@ def test_largest_asks_memory_alone_of_the_job(monkeypatch):
 def test_tune_trains_with_adam_unless_the_job_names_an_optimizer(monkeypatch):
     seen = []
 
-    def batch_step(job, examples, users):
+    def batch_step(job, examples, users, search):
         seen.append((job.optimizer, users["optimizer"], job.job_examples))
         raise RuntimeError("stop")
 

@@ -91,17 +91,25 @@ def _log_ratios(a: Sequence[float], b: Sequence[float]) -> list[float]:
     return [math.log(x / y) for x, y in zip(a, b, strict=False) if x > 0 and y > 0]
 
 
-def judge(readings: Mapping[C, Sequence[float]]) -> Comparison:
+def judge(readings: Mapping[C, Sequence[float]], tolerance: float = 0.0) -> Comparison:
     """Decides from paired readings ({candidate: readings, simplest first}; round i of
     each is paired): the fastest by geometric mean when its interval over every other
     excludes equality, else the simplest candidate it cannot be told from.
 
+    With a `tolerance` (a fraction, e.g. the batch finder's knee), a candidate counts
+    as slower only when the interval puts the fastest more than 1 / (1 - tolerance)
+    times ahead of it: the simplest candidate not shown slower is kept, decided
+    (`separated`) when its interval lies wholly within the tolerance.
+
     Raises:
-        ValueError: fewer than two candidates, or one without a reading.
+        ValueError: fewer than two candidates, one without a reading, or a
+            tolerance outside [0, 1).
     """
     order = list(readings)
     if len(order) < 2 or any(not readings[c] for c in order):
         raise ValueError(f"judge needs two or more candidates with readings, got {dict(readings)}")
+    _check_tolerance(tolerance)
+    margin = -math.log1p(-tolerance)  # the log-ratio the tolerance allows
     rounds = min(len(readings[c]) for c in order)
     means = {c: _geomean(readings[c][:rounds]) for c in order}
     top = max(order, key=lambda c: means[c])
@@ -110,7 +118,7 @@ def judge(readings: Mapping[C, Sequence[float]]) -> Comparison:
         for c in order
         if c != top
     }
-    tied = [c for c in order if c == top or not bounds[c][0] > 0]
+    tied = [c for c in order if c == top or not bounds[c][0] > margin]
     chosen = tied[0]
     kept = {c: [float(v) for v in readings[c]] for c in order}
     what = f"over {rounds} interleaved round(s), {CONFIDENCE:.0%} interval"
@@ -124,12 +132,26 @@ def judge(readings: Mapping[C, Sequence[float]]) -> Comparison:
         return Comparison(top, True, kept, reason, rounds)
     versus = chosen if chosen != top else tied[1]
     low, high = (math.exp(b) for b in bounds[versus])
+    if tolerance > 0 and chosen != top and bounds[chosen][1] < margin:
+        simpler = ", every simpler one slower by more" if order.index(chosen) else ""
+        reason = (
+            f"{chosen} within {tolerance:.0%} of the fastest, {top} "
+            f"({means[top] / means[chosen]:.2f}x, {_range(low, high)} {what}){simpler}: "
+            f"kept the simpler {chosen}"
+        )
+        return Comparison(chosen, True, kept, reason, rounds)
+    beyond = f" beyond {tolerance:.0%}" if tolerance > 0 else ""
     reason = (
-        f"{NO_DIFFERENCE} between {', '.join(map(str, tied))} ({top} "
+        f"{NO_DIFFERENCE}{beyond} between {', '.join(map(str, tied))} ({top} "
         f"{means[top] / means[versus]:.2f}x {versus}, {_range(low, high)} {what}): kept "
         f"the simpler {chosen}"
     )
     return Comparison(chosen, False, kept, reason, rounds)
+
+
+def _check_tolerance(tolerance: float) -> None:
+    if isinstance(tolerance, bool) or not 0 <= tolerance < 1:
+        raise ValueError(f"tolerance must be a fraction in [0, 1), got {tolerance!r}")
 
 
 def _range(low: float, high: float) -> str:
@@ -148,6 +170,7 @@ def compare(
     prior: Mapping[C, Sequence[float]] | None = None,
     clock: Callable[[], float] = time.perf_counter,
     settle: Callable[[bool], bool] | None = None,
+    tolerance: float = 0.0,
 ) -> Comparison:
     """Reads `candidates` (simplest first) in interleaved rounds until `judge` separates
     the fastest, `max_rounds` are read, or `budget_s` (by `clock`) is spent.
@@ -162,9 +185,12 @@ def compare(
         clock: the time source (a fake one in tests).
         settle: maps this process's "stop" to the one every worker acts on (a
             multi-worker job must read the same rounds on every worker).
+        tolerance: what `judge` lets the fastest lead by before a simpler one counts as
+            slower (0: any lead shown).
 
     Raises:
-        ValueError: fewer than two candidates, or `min_rounds` < 2 or > `max_rounds`.
+        ValueError: fewer than two candidates, `min_rounds` < 2 or > `max_rounds`, or a
+            tolerance outside [0, 1).
     """
     if len(candidates) < 2:
         raise ValueError(f"compare needs two or more candidates, got {list(candidates)}")
@@ -173,12 +199,13 @@ def compare(
             f"need 2 <= min_rounds <= max_rounds, got min_rounds={min_rounds}, "
             f"max_rounds={max_rounds}"
         )
+    _check_tolerance(tolerance)
     readings = {c: [float(v) for v in (prior or {}).get(c, ())] for c in candidates}
     began = clock()
     while True:
         rounds = min(len(r) for r in readings.values())
         if rounds >= min_rounds:
-            verdict = judge(readings)
+            verdict = judge(readings, tolerance)
             spent = budget_s is not None and clock() - began >= budget_s
             stop = verdict.separated or rounds >= max_rounds or spent
             if settle(stop) if settle is not None else stop:

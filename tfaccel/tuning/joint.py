@@ -116,6 +116,7 @@ def tune(
     epochs: int | None = None,
     lr_steps: int = 100,
     verbose: int = 1,
+    search: BatchSearch | None = None,
     **fields: Any,
 ) -> Tuned:
     """Tunes the batch (`find_batch_size`, `recommend`), then the rate at that batch.
@@ -144,6 +145,10 @@ def tune(
             job's `job_examples` wins).
         lr_steps: steps of the range test.
         verbose: 1 prints the choice and the arguments to pass.
+        search: the batch search's settings (`BatchSearch`; None: its defaults), started
+            at `batch_size`: the batch is `recommend(find_batch_size(job,
+            search=BatchSearch(start=batch_size, ...)), ...)`'s, the same answer as
+            those two calls give for the job.
         **fields: a `TuningJob`'s fields (`loss`, `optimizer`, `strategy`,
             `job_examples`, `budget_s`...), each replacing the one in `job`.
 
@@ -167,11 +172,17 @@ def tune(
         job, data=dataset, optimizer=optimizer, strategy=strategy, job_examples=job_examples
     )
     users = {"batch_size": batch_size, "learning_rate": learning_rate, "optimizer": optimizer}
-    choice, report = _batch_step(job, examples, users)
+    search = dataclasses.replace(
+        search or BatchSearch(steps=PROBE_STEPS),
+        start=max(batch_size, strategy.num_replicas_in_sync),
+    )
+    choice, report = _batch_step(job, examples, users, search)
     eps = report.best_examples_per_second if report is not None else None
     left = _rate_budget(time.perf_counter() - began, job_examples, eps, budget_s)
     rate_report, note, rate = None, "", choice.learning_rate
-    declined = _declined(report, choice, left, lr_steps, job_examples, budget_s, began)
+    declined = _declined(
+        report, choice, left, (lr_steps, search.steps), job_examples, budget_s, began
+    )
     if left is not None and left <= 0:
         note = "the range test was skipped: the tuning bound was spent on the batch"
         note += f" (the batch search {report.declined})" if report and report.declined else ""
@@ -191,24 +202,24 @@ def tune(
     return tuned
 
 
-def _batch_step(job: TuningJob, examples: int, users: dict):
+def _batch_step(job: TuningJob, examples: int, users: dict, search: BatchSearch):
     """(Recommendation, BatchSizeReport or None): `before_probing`, else a search."""
     replicas = (job.strategy or tf.distribute.get_strategy()).num_replicas_in_sync
     if examples > 0:
         choice = before_probing(**users, examples=examples, replicas=replicas)
         if choice is not None:
             return choice, None
-    search = BatchSearch(start=max(users["batch_size"], replicas), steps=PROBE_STEPS)
     report = find_batch_size(job, search=search)
     return recommend(report, **users, replicas=replicas), report
 
 
-def _declined(report, choice, left, lr_steps, job_examples, budget_s, began) -> str | None:
+def _declined(report, choice, left, steps, job_examples, budget_s, began) -> str | None:
     """Why the range test is not started: the batch search declined at its first reading,
     or that reading projects the test (a build and trace as the first probe's, then its
     ramp at the measured examples/s) past what is left of the bound. None: run it."""
     if report is None or left is None:
         return None
+    lr_steps, probe_steps = steps  # the range test's, a batch candidate's
     if report.declined:
         return f"the range test was skipped: the batch search {report.declined}"
     first = next(r for r in report.rows if r.fits and r.examples_per_second)
@@ -218,7 +229,7 @@ def _declined(report, choice, left, lr_steps, job_examples, budget_s, began) -> 
         if ramp < needed:
             return None  # the finder declines at no cost, and says why
     rate = budget.rate_at(report.rows, choice.batch_size)
-    fixed = budget.fixed_seconds(first, PROBE_STEPS)
+    fixed = budget.fixed_seconds(first, probe_steps)
     projected = fixed + ramp * choice.batch_size / rate
     if projected <= left:
         return None

@@ -33,6 +33,12 @@ logger = logging.getLogger("tfaccel")
 
 CONFIRM_ROUNDS = 3  # the knee and the first candidate: interleaved rounds read at least
 CONFIRM_MAX_ROUNDS = 5  # ... and at most, within the time limit
+MOST_CONTENDERS = 6  # candidates read again for the knee: the first, the knee, the fastest
+
+
+def _cost(search: Search, pair: list[tuple[ProbeRow, float]]) -> float:
+    """Seconds one round of readings of `pair` takes at their first readings."""
+    return sum((search.steps + 1) * r.batch_size / rate for r, rate in pair)
 
 
 class ProbeTimer(keras.callbacks.Callback):
@@ -112,7 +118,8 @@ class Search:
         # The noise scale continues from it.
         self.last_model: keras.Model | None = None
         self.declined: str | None = None  # why the first reading stopped the search
-        self.compared: str | None = None  # the knee not told apart from the first candidate
+        self.compared: str | None = None  # the knee's readings did not decide (confirm_knee)
+        self.knee_batch: int | None = None  # the knee the readings kept (confirm_knee)
 
     @property
     def steps_cap(self) -> int | None:
@@ -230,38 +237,46 @@ class Search:
         return batch_size / seconds if seconds > 0 else None
 
     def confirm_knee(self, knee: float) -> None:
-        """Compares the knee with the first candidate by interleaved readings
-        (`tfaccel.choices.readings.compare`): their first readings and `CONFIRM_ROUNDS`
-        - 1 more rounds at least (the knee first), up to `CONFIRM_MAX_ROUNDS` until a 95 %
-        interval separates them.
+        """Settles the knee by interleaved readings (`tfaccel.choices.readings.compare`,
+        `knee` as its tolerance): the first candidate, the single readings' knee and the
+        fastest others (`MOST_CONTENDERS` in all), smallest first, from their first
+        readings on for `CONFIRM_ROUNDS` rounds at least, up to `CONFIRM_MAX_ROUNDS`
+        until the intervals decide.
 
-        A batch is chosen for being faster than the first candidate (on the recipes'
-        path, the user's own batch); one noisy reading must not decide it. Each of the
-        two rows' examples/s becomes the mean of its readings. When the interval does
-        not separate the knee as faster, `compared` says so ("no measurable
-        difference") and the first candidate, the simpler setting, stays the knee.
-        Skipped when the time limit (and the noise scale's reserve) leaves too little for
-        the least rounds.
+        One noisy reading must not decide the batch (on a shared host the search once
+        read 32 at 1,000 examples/s, 64 at 4,880 and 160 at 5,211). The knee kept
+        (`knee_batch`) is the smallest contender the readings do not show more than
+        `knee` slower than the fastest; each contender's examples/s becomes the mean
+        of its readings. When the intervals do not decide, `compared` says so ("no
+        measurable difference") and the smaller batch, the simpler setting, is kept.
+        With the time limit (and the noise scale's reserve) the slowest contenders are
+        left out until the least rounds fit; skipped when not even two do.
         """
         timed = [(r, r.examples_per_second) for r in self.rows if r.fits and r.examples_per_second]
-        best = knee_batch_size(self.rows, knee)
-        if not timed or self.last_model is None or best in (None, timed[0][0].batch_size):
+        if len(timed) < 2 or self.last_model is None:
             return
-        pair = [timed[0], next(t for t in timed if t[0].batch_size == best)]  # simplest first
-        cost = sum((self.steps + 1) * r.batch_size / rate for r, rate in pair)
-        left = self.time_limit.left(self.rows)
-        room = None
-        if left is not None:
-            reserve = noise_probe.reserve(self, best, left) if self.noise_asked else 0.0
-            room = left - reserve
-            if (CONFIRM_ROUNDS - 1) * cost > room:
-                return
+        single = knee_batch_size(self.rows, knee)
+        fastest = sorted(timed[1:], key=lambda t: -t[1])
+        kept = [timed[0], *(t for t in fastest if t[0].batch_size == single)]
+        kept += [t for t in fastest if t not in kept][: max(MOST_CONTENDERS - len(kept), 0)]
+        pair = sorted(kept, key=lambda t: t[0].batch_size)  # the simplest (smallest) first
+        room = self._room(single or pair[-1][0].batch_size)
+        while (
+            room is not None and len(pair) > 2 and (CONFIRM_ROUNDS - 1) * _cost(self, pair) > room
+        ):
+            slowest = min(
+                pair[1:], key=lambda t: t[1] if t[0].batch_size != single else float("inf")
+            )
+            pair.remove(slowest)
+        cost = _cost(self, pair)
+        if room is not None and (CONFIRM_ROUNDS - 1) * cost > room:
+            return
         sizes = [r.batch_size for r, _ in pair]
         try:
             found = readings.compare(
                 self._reading, sizes, budget_s=None if room is None else room - cost,
-                min_rounds=CONFIRM_ROUNDS,
-                max_rounds=CONFIRM_MAX_ROUNDS, prior={r.batch_size: [rate] for r, rate in pair},
+                min_rounds=CONFIRM_ROUNDS, max_rounds=CONFIRM_MAX_ROUNDS,
+                prior={r.batch_size: [rate] for r, rate in pair}, tolerance=knee,
             )  # fmt: skip
         except Exception as error:  # noqa: BLE001 - only out-of-memory is caught
             if not is_out_of_memory(error):
@@ -272,9 +287,17 @@ class Search:
             index = self.rows.index(row)
             self.rows[index] = dataclasses.replace(row, examples_per_second=statistics.fmean(taken))
             logger.info("batch %d: read at %s examples/s", row.batch_size, taken)
+        self.knee_batch = next(b for b in sizes if b == found.chosen)
         self.compared = None
-        if found.chosen == sizes[0]:  # the simpler setting stays the knee
-            self.compared = f"batch {sizes[1]} against batch {sizes[0]}: {found.reason}"
+        if not found.separated:  # the intervals did not decide: the simpler batch is kept
+            self.compared = f"batches {', '.join(map(str, sizes))} read again: {found.reason}"
+
+    def _room(self, batch: int) -> float | None:
+        """Seconds the time limit leaves the knee's readings (None: no limit)."""
+        left = self.time_limit.left(self.rows)
+        if left is None:
+            return None
+        return left - (noise_probe.reserve(self, batch, left) if self.noise_asked else 0.0)
 
     def _reading(self, batch_size: int) -> float:
         """One more reading of a candidate's examples/s (0.0: none)."""

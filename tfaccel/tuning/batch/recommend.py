@@ -119,6 +119,8 @@ def recommend(
             + (f" ({report.compared})" if report.compared else ""),
         )
     reason = f"batch {best}, decided by the {why}{_limits(report)}{_against(report, batch_size)}"
+    if report.compared:  # the knee's readings could not tell the larger batches apart
+        reason += f"; the smaller kept: {report.compared}"
     if rule == "linear":
         reason += "; warm the rate up with callbacks.LinearScalingWarmup"
     return _scaled(best, batch_size, learning_rate, rule, reason)

@@ -122,10 +122,10 @@ class BatchSizeReport:
             `effective_batch_size // accumulate_steps` (None without an effective batch).
         declined: when the time limit stopped the search at its first reading: what it
             spent, and from what job size (or `budget_s`) the next probe fits; else None.
-        compared: when the knee, read again in interleaved rounds, was not faster than
-            the first candidate within a 95 % interval: the readings' verdict ("no
-            measurable difference ...: kept the simpler ..."), the first candidate then
-            the knee; else None.
+        compared: when the knee's interleaved readings (the first candidate, the
+            single readings' knee, the fastest others) did not decide within a 95 %
+            interval and the knee's tolerance: their verdict ("no measurable difference
+            ...: kept the simpler ..."), the smaller batch kept; else None.
     """
 
     max_batch_size: int

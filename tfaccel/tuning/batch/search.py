@@ -226,8 +226,8 @@ def _choose(run, largest, search: BatchSearch, multiple):
     rows = run.rows
     max_batch_size = max(r.batch_size for r in rows if r.fits)
     knee_batch = knee_batch_size(rows, knee) or largest
-    if run.compared is not None:  # the knee was not told apart from the first candidate
-        knee_batch = next(r.batch_size for r in rows if r.fits and r.examples_per_second)
+    if run.knee_batch is not None:  # settled by interleaved readings (`confirm_knee`)
+        knee_batch = run.knee_batch
     capped_by = _capped_by(rows)
     best, decided_by = knee_batch, "throughput knee"
     if knee_batch == max_batch_size and capped_by in ("memory", "steps per epoch"):

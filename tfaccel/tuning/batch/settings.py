@@ -57,8 +57,12 @@ class BatchSearch:
         min_steps_per_epoch: `best_batch_size` leaves at least this many optimizer steps
             per epoch when the data's examples are known (a batch of the whole data
             trains one step an epoch, however fast); 1 turns the rule off.
-        confirm: time the knee and the first candidate once more before choosing (each
-            row's examples/s becomes the mean of its two readings), within the time limit.
+        confirm: settle the knee by interleaved readings before choosing: the first
+            candidate, the single readings' knee and the fastest others read again in
+            rounds until a 95 % interval decides (`knee` as its tolerance; each row's
+            examples/s becomes the mean of its readings), within the time limit; what
+            the intervals cannot tell apart keeps the smaller batch ("no measurable
+            difference", the report's `compared`).
         clock: the timing source for the timed steps (seconds; inject a fake one in tests).
 
     Raises:

@@ -99,6 +99,7 @@ def forward(
     return LearningRateReport(
         None, why, rates=[], losses=[], smoothed=[], minimum_rate=None, steepest_rate=None,
         noise=None, stopped="declined", steps=0, seconds=spent, ramp_steps=num_steps,
+        batch_size=batch,
     )  # fmt: skip
 
 

@@ -444,10 +444,13 @@ def find_learning_rate(
     finally:
         control.restore()
         snapshot.restore()
-    return _report(test, control, time.perf_counter() - began)
+    batch = batch or lr_sizing.assumed_batch(data, y, batch_size)  # the rate is for it
+    return _report(test, control, time.perf_counter() - began, batch)
 
 
-def _report(ramp: LRRangeTest, control: RateControl, seconds: float) -> LearningRateReport:
+def _report(
+    ramp: LRRangeTest, control: RateControl, seconds: float, batch: int | None = None
+) -> LearningRateReport:
     if ramp.losses and not math.isfinite(ramp.losses[0]):
         raise ValueError(
             "The loss of the first batch is not finite: it is computed before any update, "
@@ -493,4 +496,5 @@ def _report(ramp: LRRangeTest, control: RateControl, seconds: float) -> Learning
         seconds=seconds,
         schedule=schedule,
         ramp_steps=ramp.num_steps,
+        batch_size=batch,
     )

@@ -37,6 +37,10 @@ class LearningRateReport:
             base rate), else None.
         ramp_steps: the ramp's planned steps (`num_steps`, or fewer when sized by
             `job_examples`; 0 when not run).
+        batch_size: the global batch the rate is for (the data's static batch, or
+            `batch_size` for arrays); None when the data's batch is not static. A rate
+            is found for one batch: at another, scale it (`tuning.scaled_learning_rate`)
+            or test again (`tune` tests at the batch it recommends).
     """
 
     suggestion: float | None
@@ -52,6 +56,7 @@ class LearningRateReport:
     seconds: float
     schedule: str | None = None
     ramp_steps: int | None = None
+    batch_size: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """The report as a dict of JSON-ready values (non-finite losses become None)."""
@@ -62,6 +67,8 @@ class LearningRateReport:
 
     def __str__(self) -> str:
         rate = "none" if self.suggestion is None else f"{self.suggestion:.3g}"
+        if self.batch_size is not None:
+            rate += f" at batch {self.batch_size}"
         base = f" (the base rate of {self.schedule})" if self.schedule else ""
         return (
             f"learning rate: {rate}{base}; {self.reason}. {self.steps} steps over rates "

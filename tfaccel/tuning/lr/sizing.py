@@ -38,6 +38,14 @@ def batch_of(data: Any, y: Any, batch_size: int | None) -> int:
     )
 
 
+def assumed_batch(data: Any, y: Any, batch_size: int | None) -> int | None:
+    """The batch a range test's rate is for (`batch_of`; None: the data's is not static)."""
+    try:
+        return batch_of(data, y, batch_size)
+    except ValueError:
+        return None
+
+
 def ramp_steps(job_examples: int, batch: int, num_steps: int) -> tuple[int, int, int]:
     """(the ramp's steps, the steps needed, the job's steps) for a job of that size.
 
@@ -59,5 +67,5 @@ def not_run(
     )
     return LearningRateReport(
         None, why, rates=[], losses=[], smoothed=[], minimum_rate=None, steepest_rate=None,
-        noise=None, stopped="not run", steps=0, seconds=0.0, ramp_steps=0,
+        noise=None, stopped="not run", steps=0, seconds=0.0, ramp_steps=0, batch_size=batch,
     )  # fmt: skip
