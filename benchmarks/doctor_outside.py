@@ -16,7 +16,9 @@ For each: `tfaccel.doctor.diagnose(model, data)`; then every listed input fix ap
 alone (the job rebuilt with it) and its measured gain — examples/s of `model.fit`
 epochs, before and after alternating, after a warm-up (a cache is filled in the warm-up:
 its gain is the epochs after the first, as predicted) — against the predicted one; and
-the diagnosis's cost against its budget. Also `data.pipeline(from_generator(fn,
+the diagnosis's cost against its budget; and each listed fix's outcome verdict
+(`outcomes`: whether it changes the numerics and what the doctor's paired loss check
+found). Also `data.pipeline(from_generator(fn,
 shards=N))` against the guide's optimized variant (interleaved generators, parallel
 map), read alone, paired.
 """
@@ -200,6 +202,7 @@ def run_outside(job: str, toy: bool, gain: bool, budget_s: float, rounds: int) -
             "precision_speedup": None,
             "first_fix": first.action if first else None,
             "predicted_gain": first.gain if first else None,
+            "outcomes": outcomes(report),
             "cost_s": cost,
             "budget_s": budget_s,
             "cost_over_budget": cost / budget_s,
@@ -222,6 +225,8 @@ def run_outside(job: str, toy: bool, gain: bool, budget_s: float, rounds: int) -
                 {
                     "action": fix.action,
                     "predicted": fix.gain,
+                    "numerics": fix.numerics,
+                    "outcome": fix.outcome,
                     "measured": rates["after"] / rates["before"],
                     "examples_per_s": rates,
                 }
@@ -235,6 +240,23 @@ def run_outside(job: str, toy: bool, gain: bool, budget_s: float, rounds: int) -
                 else None
             )
         return result
+
+
+def outcomes(report) -> list[dict]:
+    """Each listed fix's outcome verdict, in the doctor's order: whether it changes the
+    numerics, its paired loss check (`adopted`: True no worse, False worse and ranked last,
+    None not run or not needed) and its predicted gain in examples/s and time to accuracy."""
+    return [
+        {
+            "action": fix.action,
+            "numerics": fix.numerics,
+            "adopted": fix.adopted,
+            "outcome": fix.outcome,
+            "predicted": fix.gain,
+            "time_to_accuracy": fix.time_to_accuracy(),
+        }
+        for fix in report.fixes
+    ]
 
 
 def _guide_contenders(shards: int) -> dict:
