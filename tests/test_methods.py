@@ -393,29 +393,31 @@ def test_fast_resolves_per_kind_and_unknown_names_are_refused():
         (
             "sequence",
             [("plateau", (10.0, 1.0)), ("label smoothing", None)],
-            [("progressive batch", (4, 3, 0.2)), ("plateau", (3.0, 1.0))],
+            [("progressive batch", (4, 3, 2.0)), ("plateau", (3.0, 1.0))],
         ),
         (
             "tabular",
             [],  # no method measured faster on a short table
-            [("progressive batch", (8, 4, 0.4)), ("one-cycle", (3.0, 0.3))],
+            [("progressive batch", (8, 4, 8.0)), ("plateau", (3.0, 1.0))],
         ),
     ],
 )
 def test_fast_for_sequences_and_tables_depends_on_the_jobs_length(kind, short_stack, grown):
     def settings(method):
         if isinstance(method, methods.ProgressiveBatch):
-            return (method.default_growth, method.stages, method.until)
+            return (method.default_growth, method.stages, method.ramp_epochs)
         scheduled = isinstance(method, methods.OneCycle | Plateau)
         return (method.scale, method.warmup) if scheduled else None
 
-    def stack(steps=None):
-        given = None if steps is None else job(epochs=10, steps=steps)
+    def stack(steps=None, epochs=10):
+        given = None if steps is None else job(epochs=epochs, steps=steps)
         chosen = methods.resolve("fast", kind=kind, job=given)
         return [(m.name, settings(m)) for m in chosen]
 
-    assert stack(methods.LONG_JOB_STEPS // 10 - 1) == short_stack  # ten epochs: 10 steps short
-    assert stack(methods.LONG_JOB_STEPS // 10) == [*grown, ("label smoothing", None)]
+    long = methods.LONG_EPOCH_STEPS  # steps an epoch: the declared epochs do not count
+    for epochs in (1, 10, 1_000):
+        assert stack(long - 1, epochs) == short_stack
+        assert stack(long, epochs) == [*grown, ("label smoothing", None)]
     assert stack() == short_stack  # no job (names checked before fit): the short stack
     images = methods.resolve("fast", kind="image", job=job(epochs=10, steps=1))
     assert [m.name for m in images][0] == "progressive batch"  # images grow at any length
@@ -430,18 +432,19 @@ def test_the_table_says_why_fast_chose_its_stack():
         )
 
     steps = int(dataset().cardinality())
-    long = plan("fast", -(-methods.LONG_JOB_STEPS // steps)).table()
-    assert long[0][0] == "fast" and long[0][1].startswith("the stack measured best for tabular")
-    assert (
-        long[0][1].endswith("the batch grown 8x, the cycle at 3x")
-        and long[1][0] == "progressive batch"
-    )
+    rows = dataset(np.tile(X, (5, 1)), np.tile(Y, 5), batch=1)  # 200 steps an epoch
+    loss = "sparse_categorical_crossentropy"
+    long = methods.for_fit("fast", dense_model(), rows, epochs=1, loss=loss, optimizer="adam")
+    why = long.table()[0][1]
+    assert long.table()[0][0] == "fast" and why.startswith("the stack measured best for tabular")
+    assert "(200 steps an epoch): the batch grown 8x over the first 8 epochs" in why
+    assert long.table()[1][0] == "progressive batch"
     short = plan("fast", 2)
     assert short.methods == [] and short.table() == [
         (
             "fast",
-            f"no method: none measured faster on tabular jobs under 2,000 steps "
-            f"({2 * steps} steps); the job trains as given",
+            f"no method: none measured faster on tabular jobs under 200 steps an epoch "
+            f"({steps} steps an epoch); the job trains as given",
         ),
         ("input", methods.base.FREED_NOTE),  # for_fit's datasets, with or without methods
     ]

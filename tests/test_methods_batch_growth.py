@@ -156,6 +156,8 @@ def test_a_trainer_job_that_cannot_regroup_refuses_it_and_fast_drops_it_with_the
     [
         (dict(stages=1), "stages"),
         (dict(until=0.0), "until"),
+        (dict(ramp_epochs=0), "ramp_epochs must be a number of epochs > 0"),
+        (dict(ramp_epochs=math.inf), "ramp_epochs"),
         (dict(final=0), "final"),
         (dict(final="big"), "final"),
         (dict(rate_power=2), "rate_power"),

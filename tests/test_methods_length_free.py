@@ -1,7 +1,9 @@
 """methods.adaptive.Plateau: a warm-up over the first epoch, then a loss-driven decay; the
-rate at each step does not depend on the declared epochs, and its decay resumes."""
+rate at each step does not depend on the declared epochs, and its decay resumes. "fast" as a
+whole: its stack, rate and batch stages are the same whatever the epochs declared."""
 
 import math
+import re
 
 import keras
 import numpy as np
@@ -11,6 +13,8 @@ from test_methods_trainer import StopAfter, build, dataset, max_diff, trainer
 
 from tfaccel import methods
 from tfaccel.methods.adaptive.plateau import Plateau, PlateauCycle, PlateauDecay
+from tfaccel.methods.base import schedule_of
+from tfaccel.methods.composition import plan_for
 
 
 def plan(epochs, method, batch=16):
@@ -225,3 +229,61 @@ def test_the_schedule_serializes_as_made_and_a_saved_model_loads(tmp_path):
     model.save(tmp_path / "m.keras")
     loaded = keras.models.load_model(tmp_path / "m.keras")
     assert isinstance(loaded.optimizer._learning_rate, PlateauCycle)
+
+
+# -- "fast" as a whole: its stack, rate and batch do not move with the declared epochs ----
+
+FIRST_EPOCHS = 12
+
+
+def fast_plan(kind, declared, steps):
+    """`plan_for("fast")` on a job of `steps` steps an epoch at batch 16, `declared` epochs."""
+    job = methods.Job(
+        build(),
+        "sparse_categorical_crossentropy",
+        keras.optimizers.Adam(1e-3),
+        dataset().element_spec,
+        declared,
+        steps,
+        16,
+    )
+    return plan_for("fast", job, kind=kind)
+
+
+def seen(made, steps):
+    """The stack, the rate at chosen steps and the batch of the first epochs."""
+    schedule = schedule_of(made.optimizer)
+    grown = [m for m in made.methods if isinstance(m, methods.ProgressiveBatch)]
+    factors = [grown[0].callback.factor_at(e) for e in range(FIRST_EPOCHS)] if grown else []
+    chosen = (0, 1, steps // 2, steps, 3 * steps, 40 * steps)
+    rates = [rate(schedule, s) for s in chosen] if schedule is not None else []
+    stack = [re.sub(" at 0x[0-9a-f]+", "", repr(m)) for m in made.methods]  # the settings
+    return stack, rates, factors
+
+
+@pytest.mark.parametrize(
+    ("kind", "scale", "batches"),
+    [
+        ("image", 10.0, [1, 1, 2, 4] + [8] * 8),  # 8x, stages over the first 4 epochs
+        ("sequence", 3.0, [1, 2] + [4] * 10),  # 4x over the first 2 epochs
+        ("tabular", 3.0, [1, 1, 1, 2, 2, 2, 4, 4] + [8] * 4),  # 8x over the first 8 epochs
+    ],
+)
+def test_fast_is_the_same_whether_3_30_or_150_epochs_are_declared(kind, scale, batches):
+    steps = methods.LONG_EPOCH_STEPS  # a long job: the batch grows
+    stack, rates, factors = seen(fast_plan(kind, 3, steps), steps)
+    for declared in (30, 150):
+        assert seen(fast_plan(kind, declared, steps), steps) == (stack, rates, factors)
+    assert factors == batches
+    peak = 1e-3 * math.sqrt(16 / 32) * scale  # warm-up over the first epoch, then held
+    assert rates[0] == pytest.approx(peak / 25, rel=1e-6)
+    assert rates[2] == pytest.approx(peak / 25 + (peak - peak / 25) * 0.5, rel=1e-6)
+    assert rates[3:] == pytest.approx([peak] * 3, rel=1e-6)
+
+
+@pytest.mark.parametrize("kind", ["sequence", "tabular"])
+def test_a_short_job_s_stack_is_the_same_at_any_declared_length(kind):
+    steps = methods.LONG_EPOCH_STEPS - 1
+    short = seen(fast_plan(kind, 3, steps), steps)
+    assert all(seen(fast_plan(kind, d, steps), steps) == short for d in (30, 150, 10_000))
+    assert not short[2]  # no growth

@@ -38,7 +38,7 @@ from tfaccel.methods.batch_growth import ProgressiveBatch
 from tfaccel.methods.composition import (
     FAST,
     FAST_CARD,
-    LONG_JOB_STEPS,
+    LONG_EPOCH_STEPS,
     compose,
     plan_for,
     resolve,
@@ -56,7 +56,7 @@ __all__ = [
     "FAST",
     "FAST_CARD",
     "FitPlan",
-    "LONG_JOB_STEPS",
+    "LONG_EPOCH_STEPS",
     "Card",
     "CutMix",
     "Job",
