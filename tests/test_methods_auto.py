@@ -116,8 +116,8 @@ def test_the_significance_rule_keeps_only_a_candidate_lower_on_every_seed(monkey
 
 def test_plan_for_auto_probes_and_puts_the_comparison_in_the_table(untimed):
     made, data = job(epochs=1_100)
-    plan = plan_for("auto", made, data=data.shuffle(64, seed=0), kind="tabular")
-    assert plan.chosen.startswith("auto: probed none, fast, fast-plateau on 3 seeds x 16 steps")
+    plan = plan_for("auto", made, data=data.shuffle(64, seed=0), kind="sequence")
+    assert plan.chosen.startswith("auto: probed none, fast, fast-one-cycle on 3 seeds x 16 steps")
     assert "held-out loss none " in plan.chosen and "kept when below none's" in plan.chosen
     assert "216 steps, 4.9% of the job's 4,400" in plan.chosen
     assert "of the job's projected" in plan.chosen  # the seconds, at the probes' step time
@@ -176,3 +176,71 @@ def test_for_fit_probes_a_long_job_on_its_own_dataset(untimed):
     )
     assert plan.chosen.startswith("auto: probed none, fast, ")
     assert plan.table()[0] == ("auto", plan.chosen)
+
+
+class StopAfterFirstEpoch(keras.callbacks.Callback):
+    """A generous declaration and a stop (the probes are sized to the declared job)."""
+
+    def on_epoch_end(self, epoch, logs=None):
+        self.model.stop_training = True
+
+
+def test_the_trainer_probes_a_long_job_on_its_own_model_and_data(monkeypatch, untimed):
+    # Smaller probes for a fast test: 3 stacks x 3 seeds x (4 + 2) = 54 steps, 5 % of 1,080.
+    monkeypatch.setattr(auto, "MIN_PROBE_STEPS", 4)
+    monkeypatch.setattr(auto, "EVAL_BATCHES", 2)
+    probed = []
+
+    def spied(made, data, *rest, **kwargs):  # the Trainer's own model, optimizer and data
+        before = [w.copy() for w in made.model.get_weights()]
+        chosen = real(made, data, *rest, **kwargs)
+        after = made.model.get_weights()
+        untouched = all(np.array_equal(a, b) for a, b in zip(before, after, strict=True))
+        untouched = untouched and int(made.optimizer.iterations) == 0  # not trained
+        again = real(made, data, *rest, **kwargs)  # the same seed (0): the same probes
+        probed.append((made, data, chosen, again, untouched))
+        return chosen
+
+    real = auto.choose
+    monkeypatch.setattr(auto, "choose", spied)
+    data = tf.data.Dataset.from_tensor_slices((X, Y)).batch(16)
+    ours = trainer("auto")
+    ours.fit(data, epochs=280, callbacks=[StopAfterFirstEpoch()], verbose=0)  # 1,120 steps
+    ((made, given, chosen, again, untouched),) = probed
+    assert made.model is ours.model and given is data and untouched
+    assert chosen.losses == again.losses and chosen.name == again.name
+    assert all(len(v) == 3 and np.isfinite(v).all() for v in chosen.losses.values())
+    row = ours.settings["method: auto"]
+    assert row.startswith("auto: probed none, fast, fast-") and row.startswith(chosen.text)
+    assert "3 seeds x 4 steps (54 steps, 4.8% of the job's 1,120" in row
+    assert "held-out loss none " in row and "kept when below none's" in row
+    assert int(ours.step) == 4  # one epoch trained, after the probes
+
+
+def test_a_short_trainer_job_declines_reading_and_probing_nothing(monkeypatch):
+    def refused(*args, **kwargs):
+        raise AssertionError("auto probed or checked a job too short to pay")
+
+    monkeypatch.setattr(auto, "_probe", refused)
+    ours, checked = trainer("auto"), []
+    real = ours.feed  # the input checks: once, by fit itself (none before a probe)
+    monkeypatch.setattr(
+        ours, "feed", lambda *args, **kwargs: checked.append(1) or real(*args, **kwargs)
+    )
+    ours.fit(tf.data.Dataset.from_tensor_slices((X, Y)).batch(16), epochs=2, verbose=0)
+    row = ours.settings["method: auto"]
+    assert "a job of 8 optimizer steps is too short" in row
+    assert f"probed from {auto.probes_from(3):,} steps" in row and int(ours.step) == 8
+    assert checked == [1]
+
+
+def test_the_trainer_checks_its_data_before_probing(monkeypatch):
+    def refused(*args, **kwargs):
+        raise AssertionError("auto probed data the Trainer had not checked")
+
+    monkeypatch.setattr(auto, "_probe", refused)
+    ours = trainer("auto")
+    bad = tf.data.Dataset.from_tensor_slices((X, Y + np.float32(0.5))).batch(16)  # fractions
+    with pytest.raises(ValueError, match="takes integer class indices, but the labels hold"):
+        ours.fit(bad, epochs=1_100, verbose=0)  # long enough to probe: checked first
+    assert int(ours.step) == 0

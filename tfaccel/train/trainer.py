@@ -104,7 +104,7 @@ class Trainer(TrainerState):
             random states and the data's position are as if nothing had been timed. A
             model object trained as a copy gets the trained weights back when fit ends.
         methods: `tfaccel.methods` to apply: a list, "fast" (the stack measured best for the
-            job's kind), "auto" ("fast"'s stack here, unprobed) or None; at the first fit.
+            job's kind), "auto" (stacks probed on this model and data) or None; at first fit.
 
     Raises:
         TypeError: `model` is not a model or a function building one; `optimizer`
@@ -195,7 +195,7 @@ class Trainer(TrainerState):
         """`methods=`, planned at the first fit (the runner made anew around the plan's loss,
         metrics and optimizer when a method applies); (train, callbacks) with its own."""
         parts = self.model, self.loss, self.metrics, self._given_optimizer, self.strategy
-        given = methods_setup.Ingredients(*parts, self.accumulate_steps)
+        given = methods_setup.Ingredients(*parts, self.accumulate_steps, self.feed)
         made = self.methods.plan_once(given, train, schedule.steps_per_epoch, schedule.epochs)
         if made is not None:
             self.loss, self.metrics, self._given_optimizer = made.loss, made.metrics, made.optimizer

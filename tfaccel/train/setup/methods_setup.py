@@ -15,6 +15,12 @@ freezing and resizing stages are functions of the epoch; stochastic depth's seed
 block variables, saved with the model; the progressive batch's stage is a function of the
 epoch, and its data position is counted in start batches (`state.batch_stages`, which
 regroups the fit loop's stream: each epoch's batches grown by its stage's factor).
+
+`methods="auto"` probes its candidate stacks on the Trainer's own model (cloned) and
+training data (`methods.adaptive.auto`, the rules `for_fit` follows, seed 0): on a job long
+enough to pay, once the data passed `Trainer.feed`'s checks (elements, length, batch,
+labels); a shorter job declines at once, reading nothing. The probes run inside the first
+`fit` (their seconds count in its time) and leave the model and the optimizer untouched.
 """
 
 from __future__ import annotations
@@ -28,6 +34,7 @@ import tensorflow as tf
 
 from tfaccel import methods as methods_lib
 from tfaccel.data.assembly.feed import Feed
+from tfaccel.methods.adaptive import auto
 from tfaccel.methods.base import MethodPlan
 from tfaccel.methods.batch_growth import ProgressiveBatch
 from tfaccel.methods.batch_maps import transform
@@ -67,6 +74,8 @@ class Ingredients:
         optimizer: the optimizer the runner is made with (unwrapped).
         strategy: the strategy the metrics are made under.
         accumulate_steps: batches per optimizer step (schedules count optimizer steps).
+        check: the Trainer's input checks (`Trainer.feed`: `check(feed, steps=...,
+            build=False)`), run before "auto" probes the training data.
     """
 
     model: keras.Model
@@ -75,6 +84,7 @@ class Ingredients:
     optimizer: keras.optimizers.Optimizer
     strategy: tf.distribute.Strategy
     accumulate_steps: int = 1
+    check: Callable[..., Any] | None = None
 
 
 def plan(
@@ -109,14 +119,29 @@ def plan(
         batch_fixed=not regroupable(train, given),
     )
     loss, metrics = given.loss, given.metrics
+    data = probed(job, train, given, steps_per_epoch) if methods == "auto" else None
     with given.strategy.scope():
-        made = methods_lib.plan_for(methods, job)
+        made = methods_lib.plan_for(methods, job, data=data)
         if made.loss is not given.loss.fn:
             loss = PerExampleLoss(made.loss, weight=given.loss.weight)
             loss.sums = given.loss.sums  # the user's reduction (its per-example copy has none)
         if made.one_hot:
             metrics = [categorical(m) for m in metrics]
     return made, dataclasses.replace(given, loss=loss, metrics=metrics, optimizer=made.optimizer)
+
+
+def probed(job: methods_lib.Job, train: Feed, given: Ingredients, steps: int | None) -> Any:
+    """What `methods="auto"` probes on: the training data as given (a batched dataset; a
+    dataset function, which the probes decline), checked first as `Trainer.feed` checks it
+    when the job is long enough to probe (a shorter one declines at once, nothing read).
+
+    Raises:
+        ValueError, TypeError: the input checks `Trainer.fit` documents.
+    """
+    data = train.data if train.is_function else train.dataset
+    if auto.probe_steps(job) >= auto.MIN_PROBE_STEPS and given.check is not None:
+        given.check(train, steps=steps, build=False)  # the labels' check is then remembered
+    return data
 
 
 def regroupable(train: Feed, given: Ingredients) -> bool:
