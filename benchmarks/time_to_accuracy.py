@@ -1,7 +1,7 @@
 """Time to accuracy: plain Keras against each `tfaccel.methods` method and "fast".
 
 The jobs here are the *choice* jobs: the only ones the stacks of `methods="fast"`,
-thresholds such as `methods.LONG_JOB_STEPS`, the cycle's scales and the other defaults were
+thresholds such as `methods.LONG_EPOCH_STEPS`, the cycle's scales and the other defaults were
 screened and chosen on, so their figures are in-sample. The *held-out* jobs, never used
 to choose anything (published keras.io examples ported as written, each with its own
 recipe), are in `heldout_jobs.py` and run by `time_to_accuracy_heldout.py` (`--jobs`,
