@@ -434,9 +434,11 @@ def test_one_fast_reading_does_not_choose_the_batch():
     # 32 read 10 % faster than 16 once: alone, it would be the knee.
     assert search([(16, 100.0), (32, 110.0)], confirm=False).best_batch_size == 32
     # Read again in interleaved rounds (32 first, then 16; then 16, 32; ...): 32 at 90,
-    # 100, 100, 100 and 16 at 100 each time: no measurable difference, 16 stays (the simpler).
+    # then 100 and 16 at 100 each time: no measurable difference, 16 stays (the simpler).
     again = [(32, 90.0), (16, 100.0), (16, 100.0), (32, 100.0)]
-    again += [(32, 100.0), (16, 100.0), (16, 100.0), (32, 100.0)]  # 5 rounds: the most
+    again += [(32, 100.0), (16, 100.0), (16, 100.0), (32, 100.0)]
+    again += [(32, 100.0), (16, 100.0), (16, 100.0), (32, 100.0), (32, 100.0), (16, 100.0)]
+    # 8 rounds (the first readings and 7 more): the most
     report = search([(16, 100.0), (32, 110.0), *again])
     rates = {r.batch_size: r.examples_per_second for r in report.rows if r.fits}
     assert rates == pytest.approx({16: 100.0, 32: 100.0})

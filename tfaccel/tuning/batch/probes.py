@@ -32,8 +32,8 @@ from tfaccel.tuning.oom import (
 logger = logging.getLogger("tfaccel")
 
 CONFIRM_ROUNDS = 3  # the knee and the first candidate: interleaved rounds read at least
-CONFIRM_MAX_ROUNDS = 5  # ... and at most, within the time limit
-MOST_CONTENDERS = 6  # candidates read again for the knee: the first, the knee, the fastest
+CONFIRM_MAX_ROUNDS = 8  # ... and at most, within the time limit
+MOST_CONTENDERS = 10  # candidates read again for the knee: the first, the knee, the fastest
 
 
 def _cost(search: Search, pair: list[tuple[ProbeRow, float]]) -> float:
@@ -213,8 +213,10 @@ class Search:
     def time_steps(self, batch_size: int) -> float | None:
         """Examples/s of the shared model at `batch_size`: one warm-up step, then `steps`.
 
-        The median step: one step slowed by a neighbour on a shared host (or a garbage
-        collection) does not move it.
+        The fastest step: a neighbour on a shared host (or a garbage collection) only
+        adds time to a step, so the least is the step's own cost — and it stays put
+        where the median of a few steps moved with the load (a CPU-bound neighbour:
+        `benchmarks/results/batch_finder_noise.json`).
         """
         data = (
             self.data.take(batch_size)
@@ -233,7 +235,7 @@ class Search:
             shuffle=False,  # the probe repeats one cached batch; nothing to shuffle
             verbose=0,
         )
-        seconds = statistics.median(timer.step_seconds())
+        seconds = min(timer.step_seconds())
         return batch_size / seconds if seconds > 0 else None
 
     def confirm_knee(self, knee: float) -> None:

@@ -22,7 +22,7 @@ class ProbeRow:
     Attributes:
         batch_size: the global batch tried (or, with reason "limit", not tried).
         fits: True when its steps ran within the memory budget.
-        examples_per_second: the batch over its median timed step (None unless it fits).
+        examples_per_second: the batch over its fastest timed step (None unless it fits).
         peak_memory_mb: measured peak memory of the probe (None when it did not run to the end).
         reason: "ok"; "oom" (ran out of memory); "budget" (its predicted or measured memory
             exceeds the budget); "limit" (above `limit`, not tried); "data" (more than the

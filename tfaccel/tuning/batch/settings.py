@@ -27,7 +27,7 @@ class BatchSearch:
         mode: "power" (powers of two times `start`) or "binsearch".
         granularity: "binsearch" resolves the largest fitting batch to a multiple of this.
         steps: timed steps per candidate, after one warm-up step; the candidate's
-            examples/s is its batch over the median step time.
+            examples/s is its batch over the fastest step time.
         memory_budget_mb: the memory a probe may use, in MiB. Default on a CPU: half the
             available host memory (RSS growth over the start of the search); on a GPU:
             the device memory (and no prediction: out-of-memory is caught instead).
