@@ -9,8 +9,9 @@ import keras
 import numpy as np
 import pytest
 import tensorflow as tf
-from test_methods_trainer import StopAfter, build, dataset, max_diff, trainer
+from test_methods_trainer import StopAfter, Y, build, dataset, max_diff, trainer
 
+import tfaccel
 from tfaccel import methods
 from tfaccel.methods.adaptive.plateau import Plateau, PlateauCycle, PlateauDecay
 from tfaccel.methods.base import schedule_of
@@ -231,6 +232,9 @@ def test_the_schedule_serializes_as_made_and_a_saved_model_loads(tmp_path):
     assert isinstance(loaded.optimizer._learning_rate, PlateauCycle)
 
 
+LOSS = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+
+
 # -- "fast" as a whole: its stack, rate and batch do not move with the declared epochs ----
 
 FIRST_EPOCHS = 12
@@ -287,3 +291,20 @@ def test_a_short_job_s_stack_is_the_same_at_any_declared_length(kind):
     short = seen(fast_plan(kind, 3, steps), steps)
     assert all(seen(fast_plan(kind, d, steps), steps) == short for d in (30, 150, 10_000))
     assert not short[2]  # no growth
+
+
+def test_the_trainer_s_batch_stages_are_the_same_declared_5_or_50_epochs():
+    images = np.random.default_rng(0).normal(size=(64, 8, 8, 1)).astype("float32")
+    data = tf.data.Dataset.from_tensor_slices((images, Y)).batch(8)  # 8 steps an epoch
+    rows = []
+    for declared in (5, 50):
+        keras.utils.set_random_seed(0)
+        net = keras.Sequential(
+            [keras.Input((8, 8, 1)), keras.layers.Flatten(), keras.layers.Dense(3)]
+        )
+        ours = tfaccel.Trainer(net, optimizer="adam", loss=LOSS, methods="fast")
+        ours.fit(data, epochs=declared, callbacks=[StopAfter(1)], verbose=0)
+        rows.append(ours.settings["batch_stages"])
+    stages = "8 (epochs 1-2, 8 steps each) -> 16 (epoch 3, 4 steps each) -> 32 (epoch 4, 2 steps"
+    assert rows[0].startswith(f"{stages} each) -> 64 (epoch 5, 1 step each)")
+    assert rows[1].startswith(f"{stages} each) -> 64 (epochs 5-50, 1 step each)")
