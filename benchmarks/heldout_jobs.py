@@ -1,7 +1,7 @@
 """Held-out jobs: published Keras examples, ported as written, never used to choose anything.
 
 `benchmarks/time_to_accuracy.py`'s own jobs (`JOBS` there) are the *choice* jobs: the only
-ones the stacks of `methods="fast"`, thresholds such as `methods.LONG_JOB_STEPS`, the
+ones the stacks of `methods="fast"`, thresholds such as `methods.LONG_EPOCH_STEPS`, the
 cycle's scales and every other default were screened and chosen on. The jobs here are
 *held out*: nothing in `tfaccel/` may be chosen on them, name them or read them
 (`tests/test_heldout_jobs.py` fails if `tfaccel/` or the choice jobs name one). Their

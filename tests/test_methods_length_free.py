@@ -308,3 +308,8 @@ def test_the_trainer_s_batch_stages_are_the_same_declared_5_or_50_epochs():
     stages = "8 (epochs 1-2, 8 steps each) -> 16 (epoch 3, 4 steps each) -> 32 (epoch 4, 2 steps"
     assert rows[0].startswith(f"{stages} each) -> 64 (epoch 5, 1 step each)")
     assert rows[1].startswith(f"{stages} each) -> 64 (epochs 5-50, 1 step each)")
+
+
+def test_the_old_long_job_name_says_its_replacement():
+    with pytest.raises(AttributeError, match="LONG_EPOCH_STEPS"):
+        methods.LONG_JOB_STEPS  # noqa: B018

@@ -143,9 +143,10 @@ def test_fast_grows_the_batch_of_an_image_job_in_the_trainer():
     loss = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
     fit = methods.for_fit("fast", keras.models.clone_model(net), data, epochs=5, loss=loss)
     assert names == [m.name for m in fit.methods]  # for_fit's stack
-    # x8 in 4 stages over the first 40 % of 5 epochs: 1, 2, then 8 (4 falls between epochs)
+    # x8 in 4 stages over the first 4 epochs (ramp_epochs, whatever is declared)
     assert ours.settings["batch_stages"].startswith(
-        "8 (epoch 1, 8 steps each) -> 16 (epoch 2, 4 steps each) -> 64 (epochs 3-5, 1 step each)"
+        "8 (epochs 1-2, 8 steps each) -> 16 (epoch 3, 4 steps each) -> 32 (epoch 4, 2 steps each)"
+        " -> 64 (epoch 5, 1 step each)"
     )
     assert int(ours.runner.position.step) == ours.methods.plan.job.total_steps
 

@@ -78,3 +78,13 @@ __all__ = [
     "plan_for",
     "resolve",
 ]
+
+
+def __getattr__(name: str) -> object:
+    """`LONG_JOB_STEPS` (total steps) was replaced by `LONG_EPOCH_STEPS` (steps an epoch)."""
+    if name == "LONG_JOB_STEPS":
+        raise AttributeError(
+            "tfaccel.methods.LONG_JOB_STEPS was removed: the long-job rule no longer reads the "
+            "declared epochs; use tfaccel.methods.LONG_EPOCH_STEPS (optimizer steps an epoch)."
+        )
+    raise AttributeError(f"module 'tfaccel.methods' has no attribute {name!r}")
