@@ -36,6 +36,7 @@ import argparse
 import gc
 import json
 import math
+import os
 import pathlib
 import time
 
@@ -287,6 +288,7 @@ def main() -> None:
     parser.add_argument("--calibrate", action="store_true")
     parser.add_argument("--calibrate-epochs", type=int, default=30)
     parser.add_argument("--summarize", action="store_true", help="only rebuild the table")
+    parser.add_argument("--host", default="2 CPU cores shared with other work (a busy host)")
     args = parser.parse_args()
     out, seeds = pathlib.Path(args.out), list(range(args.seeds))
     FAST["methods"] = args.methods
@@ -334,7 +336,8 @@ def _write(out, old, runs, args, seeds, seconds) -> None:
         paths=sorted(set(meta.get("paths", [])) | set(args.paths)),
         wall_seconds=meta.get("wall_seconds", 0.0) + seconds,
         cap_seconds=args.cap,
-        host="2 CPU cores shared with other helpers' work (a busy host)",
+        host=args.host,
+        load_average_1_5_15_at_the_end=list(os.getloadavg()),
         tensorflow=tf.__version__,
         keras=keras.__version__,
     )
