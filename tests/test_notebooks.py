@@ -75,8 +75,11 @@ ALLOWED_IMPORTS = {"tfaccel", "keras", "keras_tuner", "tensorflow", "numpy", "ma
 ALLOWED_IMPORTS |= {"IPython", "sklearn"}  # scikit-learn: the real data it ships
 
 
-def execute(notebook: nbformat.NotebookNode, folder: Path, timeout: int = TIMEOUT_S) -> None:
-    """Runs a notebook top to bottom in a fresh kernel started in `folder`, in place.
+def execute(
+    notebook: nbformat.NotebookNode, folder: Path, timeout: int = TIMEOUT_S, zygote=None
+) -> None:
+    """Runs a notebook top to bottom in a fresh kernel started in `folder`, in place (with
+    `zygote`, the tests' `worker_zygote`: a kernel forked from it, see `forked_kernels`).
 
     TensorFlow's C++ start-up log lines go to the kernel's stderr, not into the notebook
     (`capture_fd_output=False`).
@@ -85,14 +88,35 @@ def execute(notebook: nbformat.NotebookNode, folder: Path, timeout: int = TIMEOU
         CellExecutionError: a cell raised; the message names the cell and the error (the
             outputs up to the failing cell are in `notebook`).
     """
+    extra, options = ["--IPKernelApp.capture_fd_output=False"], {}
+    if zygote is not None:  # the kernel's parent is the zygote: no parent-PID watch; the
+        # zygote imported matplotlib before the kernel could name its inline backend
+        extra += ["--IPKernelApp.parent_handle=0", "--IPKernelApp.matplotlib=inline"]
+        options["kernel_manager_class"] = forked_kernels(zygote)
     client = NotebookClient(
         notebook,
         timeout=timeout,
         kernel_name="python3",
         resources={"metadata": {"path": str(folder)}},
-        extra_arguments=["--IPKernelApp.capture_fd_output=False"],
+        extra_arguments=extra,
+        **options,
     )
     client.execute()
+
+
+def forked_kernels(zygote) -> type:
+    """A kernel manager whose kernels on this interpreter are forked from `zygote`
+    (conftest.py's `worker_zygote`: TensorFlow imported once), less the imports' CPU."""
+    from jupyter_client.manager import KernelManager
+
+    class ForkedKernelManager(KernelManager):
+        def format_kernel_cmd(self, extra_arguments=None):
+            command = super().format_kernel_cmd(extra_arguments)
+            if Path(command[0]).resolve() != Path(sys.executable).resolve():
+                return command
+            return zygote.command([sys.executable, *command[1:]])
+
+    return ForkedKernelManager
 
 
 def kernel_environment() -> dict[str, str]:
@@ -205,7 +229,7 @@ def test_cells_use_only_the_public_api(name):
 DOCTOR_NOTEBOOKS = ["07_doctor.ipynb", "08_data_service.ipynb"]
 
 
-def run_top_to_bottom(name: str, monkeypatch, tmp_path: Path) -> None:
+def run_top_to_bottom(name: str, monkeypatch, tmp_path: Path, zygote=None) -> None:
     """Executes the notebook in a fresh kernel; fails on a failing cell or a missing output."""
     for key, value in kernel_environment().items():
         monkeypatch.setenv(key, value)
@@ -213,15 +237,15 @@ def run_top_to_bottom(name: str, monkeypatch, tmp_path: Path) -> None:
     monkeypatch.delenv("MPLBACKEND", raising=False)
     notebook = nbformat.read(NOTEBOOKS / name, as_version=4)
     try:
-        execute(notebook, NOTEBOOKS)
+        execute(notebook, NOTEBOOKS, zygote=zygote)
     except CellExecutionError as error:
         pytest.fail(f"{name} failed:\n{error}", pytrace=False)
     assert not missing_outputs(name, notebook)
 
 
 @pytest.mark.parametrize("name", [n for n in sorted(IMAGES) if n not in DOCTOR_NOTEBOOKS])
-def test_notebook_runs_top_to_bottom(name, monkeypatch, tmp_path):
-    run_top_to_bottom(name, monkeypatch, tmp_path)
+def test_notebook_runs_top_to_bottom(name, monkeypatch, tmp_path, worker_zygote):
+    run_top_to_bottom(name, monkeypatch, tmp_path, worker_zygote)
 
 
 def test_kernel_is_this_interpreter_and_a_failing_cell_fails(tmp_path, monkeypatch):

@@ -11,5 +11,5 @@ def test_the_doctor_notebooks_are_notebooks():
 
 
 @pytest.mark.parametrize("name", DOCTOR_NOTEBOOKS)
-def test_notebook_runs_top_to_bottom(name, monkeypatch, tmp_path):
-    run_top_to_bottom(name, monkeypatch, tmp_path)
+def test_notebook_runs_top_to_bottom(name, monkeypatch, tmp_path, worker_zygote):
+    run_top_to_bottom(name, monkeypatch, tmp_path, worker_zygote)

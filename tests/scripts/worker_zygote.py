@@ -22,6 +22,7 @@ import select
 import signal
 import socket
 import sys
+import tempfile
 import threading
 import types
 
@@ -58,6 +59,7 @@ def _job(conn: socket.socket, request: dict, fds: list[int]) -> None:
         os.close(fd)
     os.environ.clear()
     os.environ.update(request["env"])
+    tempfile.tempdir = None  # found again from this job's TMPDIR
     os.chdir(request["cwd"])
     os.sched_setaffinity(0, request["cpus"])
     unbuffered = bool(os.environ.get("PYTHONUNBUFFERED"))
