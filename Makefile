@@ -42,13 +42,13 @@ lint: $(TEST_STAMP)
 
 # The tests run on TEST_WORKERS processes (pytest-xdist, each file in one; 0: one process,
 # no xdist). Tests marked `alone` time real jobs to name their limit, so they run after
-# the others, in one process, on a CPU no other test loads. Four processes on two cores:
-# many tests wait on the subprocesses they start (workers, servers, killed jobs), which the
-# other processes overlap (three kept the two cores 87 % busy; the README gives the time
-# measured on a fresh clone). Files go to
+# the others, in one process, on a CPU no other test loads. Three processes on two cores:
+# many tests wait on the subprocesses they start (workers, servers, killed jobs), which a
+# third process overlaps (the README gives the time measured on a fresh clone; four
+# processes took longer: 929 s against 887 s, the Ray test 360 s against 218 s). Files go to
 # the processes in collection order (--no-loadscope-reorder), which tests/conftest.py
 # starts with the slowest files (SLOW_FILES).
-TEST_WORKERS ?= 4
+TEST_WORKERS ?= 3
 # The files that hold `alone` tests: that run collects only them (the whole suite's
 # collection is ~15 s of CPU, the time-critical run's own start).
 ALONE_FILES := $(shell grep -l "mark.alone" tests/test_*.py)
