@@ -48,6 +48,7 @@ import tfaccel
 from tfaccel import precision
 
 OUT = pathlib.Path(__file__).parent / "results" / "choices_time_to_accuracy.json"
+HOST = ["shared with other work (a busy host)"]  # what --host says of the machine
 AUTO = "auto"
 CHOICE_LAP = "precision and XLA choice"
 
@@ -215,7 +216,9 @@ def main() -> None:
     parser.add_argument("--cap", type=float, default=120.0, help="seconds a run may take")
     parser.add_argument("--out", default=str(OUT))
     parser.add_argument("--merge", action="store_true", help="keep --out's runs, add missing")
+    parser.add_argument("--host", default="shared with other work (a busy host)")
     args = parser.parse_args()
+    HOST[0] = args.host
     unknown = [s for s in args.settings if s not in (AUTO, *offered)]
     if unknown:
         parser.error(f"settings {unknown} not offered on this host ({why}); of {offered}")
@@ -257,7 +260,7 @@ def _write(out, old, runs, args, seeds, now: dict) -> None:
         fixed_offered=now["offered"],
         bf16_why=now["why"],
         cap_seconds=args.cap,
-        host=f"{os.cpu_count()} CPU cores shared with other work (a busy host)",
+        host=f"{os.cpu_count()} CPU cores; {HOST[0]}",
         tensorflow=tf.__version__,
         keras=keras.__version__,
     )
