@@ -70,16 +70,10 @@ def arguments(setting: str) -> dict:
 
 def run(job, parts, setting: str, seed: int, cap: float) -> dict:
     """Trains the job's recipe under one setting; its curve, choices and start-up laps."""
-    xt, xv, yt, yv = parts
-    recipe = job.recipe
     keras.mixed_precision.set_global_policy("float32")  # no policy leaks between runs
     keras.utils.set_random_seed(seed)
     model = job.build()
-    train = tf.data.Dataset.from_tensor_slices((xt, yt)).shuffle(len(xt), seed=seed)
-    train, val = train.batch(recipe.batch), tf.data.Dataset.from_tensor_slices((xv, yv)).batch(256)
-    rate = recipe.learning_rate
-    optimizer = keras.optimizers.Adam() if rate is None else keras.optimizers.Adam(rate)
-    callbacks = recipe.callbacks() if recipe.callbacks else []
+    train, val, optimizer, callbacks = job.recipe.inputs(parts, seed)
     gc.collect()  # the previous run's garbage, collected outside every run's clock
     start = time.perf_counter()
     curve = Curve(start, job.target, cap)
@@ -89,7 +83,7 @@ def run(job, parts, setting: str, seed: int, cap: float) -> dict:
         )
         trainer.fit(
             train,
-            epochs=recipe.epochs,
+            epochs=job.recipe.epochs,
             validation_data=val,
             callbacks=[*callbacks, curve],
             verbose=0,

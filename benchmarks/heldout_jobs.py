@@ -68,6 +68,7 @@ from typing import Any
 
 import keras
 import numpy as np
+import tensorflow as tf
 from sklearn import datasets, model_selection, preprocessing
 
 Parts = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]  # x_train, x_held, y_train, y_held
@@ -85,6 +86,21 @@ class Recipe:
     def same_as_naive(self) -> bool:
         """True when the recipe is the plain script: Adam's default, batch 32, no callbacks."""
         return self.batch == 32 and self.learning_rate is None and self.callbacks is None
+
+    def optimizer(self) -> keras.optimizers.Optimizer:
+        """A fresh Adam at the recipe's rate (Keras' default where it names none)."""
+        rate = self.learning_rate
+        return keras.optimizers.Adam() if rate is None else keras.optimizers.Adam(rate)
+
+    def inputs(self, parts: Parts, seed: int) -> tuple[Any, Any, keras.optimizers.Optimizer, list]:
+        """(train, validation, optimizer, callbacks) for one run: the training rows shuffled
+        by `seed` in the recipe's batches, the held-out rows in batches of 256, fresh
+        callbacks."""
+        xt, xv, yt, yv = parts
+        train = tf.data.Dataset.from_tensor_slices((xt, yt)).shuffle(len(xt), seed=seed)
+        val = tf.data.Dataset.from_tensor_slices((xv, yv)).batch(256)
+        callbacks = self.callbacks() if self.callbacks else []
+        return train.batch(self.batch), val, self.optimizer(), callbacks
 
 
 @dataclasses.dataclass(frozen=True)

@@ -78,16 +78,11 @@ class Curve(keras.callbacks.Callback):
 
 def run(job, parts, contender, path, seed, epochs, cap, target=None) -> dict:
     """Trains one contender on one path; its curve and methods, or its error."""
-    xt, xv, yt, yv = parts
     args = job.recipe if contender.endswith("recipe") else NAIVE
     fast = contender.startswith("fast")
     keras.utils.set_random_seed(seed)
     model = job.build()
-    train = tf.data.Dataset.from_tensor_slices((xt, yt)).shuffle(len(xt), seed=seed)
-    train, val = train.batch(args.batch), tf.data.Dataset.from_tensor_slices((xv, yv)).batch(256)
-    rate = args.learning_rate
-    optimizer = keras.optimizers.Adam() if rate is None else keras.optimizers.Adam(rate)
-    callbacks = args.callbacks() if args.callbacks else []
+    train, val, optimizer, callbacks = args.inputs(parts, seed)
     gc.collect()  # the previous run's garbage, collected outside every run's clock
     start = time.perf_counter()
     curve, applied = Curve(start, job.target if target is None else target, cap), []

@@ -72,12 +72,7 @@ def test_each_held_out_job_builds_and_takes_one_step(name):
     assert len(xt) > len(xv) > 0 and xt.shape[1:] == xv.shape[1:]
     keras.utils.set_random_seed(0)
     model = job.build()
-    rate = job.recipe.learning_rate
-    model.compile(
-        optimizer=keras.optimizers.Adam() if rate is None else keras.optimizers.Adam(rate),
-        loss=job.loss,
-        metrics=["accuracy"],
-    )
+    model.compile(optimizer=job.recipe.optimizer(), loss=job.loss, metrics=["accuracy"])
     loss, accuracy = model.train_on_batch(xt[:4], yt[:4])
     assert math.isfinite(loss) and 0.0 <= accuracy <= 1.0
     assert model.predict(xv[:2], verbose=0).shape[0] == 2
