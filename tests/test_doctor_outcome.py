@@ -140,3 +140,29 @@ def test_the_ranking_is_by_time_to_accuracy(adopted):
     m = dataclasses.replace(m, precision_outcome=other)
     fix = next(f for f in fix_rules.fixes(m) if "precision" in f.action)
     assert fix.outcome is None and "time to accuracy unchecked" in fix.line()
+
+
+def test_a_measured_fix_of_another_stage_ranks_before_an_unchecked_batch():
+    """A compute-bound model.fit script on CPU whose calls cost as much as its steps: the
+    verdict's own fix (a larger batch, unchecked and conditional) is not proposed before
+    the host's measured `steps_per_execution`, which keeps the path."""
+    m = measured(
+        trainer=False,
+        steps_per_loop=1,
+        step_s=0.010,
+        call_overhead_s=0.008,
+        epoch_steps=50,
+        flops_per_example=1e4,  # 6 % of the matmul peak: a larger batch may run closer
+    )
+    listed = fix_rules.fixes(m)
+    assert rules_verdict(m) == "compute"
+    batch = next(i for i, f in enumerate(listed) if "larger batch" in f.action)
+    host = next(i for i, f in enumerate(listed) if "steps_per_execution" in f.action)
+    assert host < batch and listed[host].time_to_accuracy() > 1.0
+    assert listed[host].code == "model.steps_per_execution = 50"  # never past the epoch
+
+
+def rules_verdict(m) -> str:
+    from tfaccel.doctor import verdict
+
+    return verdict.verdict(m)

@@ -99,6 +99,8 @@ def host_fixes(m: Measured) -> list[Fix]:
     """More steps per call: the step becomes s + o/n' with n' = `loop_size.choose(o, s)`."""
     o, s, n = m.call_overhead_s, cached_step_s(m) - parts(m)["host"], m.steps_per_loop
     best = loop_size.choose(o, s)
+    if m.epoch_steps:
+        best = min(best, m.epoch_steps)  # a call never runs past the epoch's end
     if best <= n:
         return []
     action = (
@@ -336,12 +338,13 @@ def largest_batch(m: Measured) -> int | None:
 
 
 def fixes(m: Measured) -> list[Fix]:
-    """Fixes for the verdict's stage first, then the others worth listing; in each part,
-    by predicted time to accuracy (`Fix.time_to_accuracy`): the fixes that keep the path
-    (the numerics, or a change the paired loss check found no worse) by predicted gain,
-    then the numerics changes unchecked (their gain is in examples/s; the epochs may grow),
-    then those that hold only under a condition. A fix the check found worse ("faster
-    steps, not adopted") comes last of all: it is never proposed first."""
+    """Every stage's fixes in one order, by predicted time to accuracy
+    (`Fix.time_to_accuracy`): the fixes that keep the path (the numerics, or a change the
+    paired loss check found no worse) by predicted gain, then the numerics changes
+    unchecked (their gain is in examples/s; the epochs may grow), then those that hold only
+    under a condition; the verdict's stage breaks ties. The verdict's stage lists all its
+    fixes, the others those `worth_listing`. A fix the check found worse ("faster steps,
+    not adopted") comes last of all: it is never proposed first."""
     found = {
         "input": input_fixes(m),
         "host": host_fixes(m),
@@ -350,21 +353,19 @@ def fixes(m: Measured) -> list[Fix]:
         "memory": memory_fixes(m),
     }
     first = verdict(m)
-    # By predicted gain; conditional ones (a bound that holds only if...) last.
-    ranked = sorted(
-        [f for f in found.pop(first) if f.gain is None or not f.software or worth_listing(f)],
-        key=_rank,
-    )
+    own = [f for f in found.pop(first) if f.gain is None or not f.software or worth_listing(f)]
     others = [f for fs in found.values() for f in fs if worth_listing(f)]
-    listed = ranked + sorted(others, key=_rank)
+    listed = sorted(own + others, key=lambda f: _rank(f, first))
     return [f for f in listed if f.adopted is not False] + [f for f in listed if f.adopted is False]
 
 
-def _rank(fix: Fix) -> tuple:
+def _rank(fix: Fix, first: str) -> tuple:
     unchecked = fix.numerics and fix.time_to_accuracy() is None
     return (
+        fix.adopted is False,
         fix.condition is not None,
         unchecked,
         -(fix.time_to_accuracy() or fix.gain or 0.0),
+        fix.stage != first,
         fix.measured is None,
     )

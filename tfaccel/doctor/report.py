@@ -28,7 +28,7 @@ class Report:
     Attributes:
         verdict: "input", "compute", "communication", "host" or "memory".
         measured: the measurements (`verdict.Measured`; seconds per step).
-        fixes: ranked `verdict.Fix` list, the verdict's stage first.
+        fixes: ranked `verdict.Fix` list, by predicted time to accuracy.
         notes: lines explaining what was measured and how (multi-worker, CPU, ...).
         cost_s: the diagnosis's wall time (tracing included).
         budget_s: the time it aimed to stay under.

@@ -24,9 +24,9 @@ prefetch input and step overlap, `max(t_in, t_step)`; without, `t_in + t_step`, 
 `t_in` is the input as the real step saw it (`effective_input_s`). Input fixes are
 timed on the pipeline with the fix applied where that is cheap (`doctor.variants`).
 Fixes are ranked by predicted time to accuracy (`Fix.time_to_accuracy`: the gain × the
-paired loss check's verdict): the verdict's stage first, in each part the fixes that keep
-the path (the numerics, or a lower precision whose check found the loss after the same
-examples no worse) by predicted gain, then the numerics changes not checked, then those
+paired loss check's verdict), every stage's in one order: the fixes that keep the path
+(the numerics, or a lower precision whose check found the loss after the same examples no
+worse) by predicted gain, then the numerics changes not checked, then those
 that hold only under a condition (a cache needs deterministic maps); a fix whose check
 found the loss worse comes last of all ("faster steps, not adopted").
 """
