@@ -22,6 +22,7 @@ import keras
 import numpy as np
 import pytest
 import tensorflow as tf
+from forked_service import forked_local
 
 import tfaccel
 from tfaccel import data
@@ -50,8 +51,10 @@ def guarded(service, seconds=GUARD_S):
 
 
 @pytest.fixture(scope="module")
-def service():
-    with service_lib.local(2) as running:
+def service(worker_zygote):
+    """A dispatcher and 2 workers, forked from the zygote (the lifecycle tests below start
+    real processes)."""
+    with forked_local(worker_zygote, 2) as running:
         yield running
     assert all(p.poll() is not None for p in running.processes)
 
@@ -94,15 +97,17 @@ def test_cli_help_does_not_import_tensorflow():
     ).stdout.replace("\n", " ")
 
 
-def test_a_port_in_use_is_named():
+def test_a_port_in_use_is_named(worker_zygote):
     with socket.socket() as taken:
         taken.bind(("0.0.0.0", 0))
         taken.listen()
         port = taken.getsockname()[1]
         with pytest.raises(service_lib.PortInUseError, match=f"port {port} is in use"):
             service_lib.local(1, port=port)
+        # the CLI forked from the zygote: it imports TensorFlow before it checks the port
+        command = [sys.executable, "-m", "tfaccel", "data-service", "dispatcher"]
         result = subprocess.run(
-            [sys.executable, "-m", "tfaccel", "data-service", "dispatcher", "--port", str(port)],
+            worker_zygote.command([*command, "--port", str(port)]),
             capture_output=True,
             text=True,
             timeout=60,
@@ -177,8 +182,8 @@ def test_every_example_once_an_epoch_on_two_replicas(service, mirrored):
             assert sorted(seen) == list(range(count))
 
 
-def test_static_sharding_reads_every_example_once():
-    with service_lib.local(2, static_sharding=True) as running, guarded(running):
+def test_static_sharding_reads_every_example_once(worker_zygote):
+    with forked_local(worker_zygote, 2, static_sharding=True) as running, guarded(running):
         test_bad_arguments_get_clear_errors(running, static=running)
         ds = data.pipeline(
             _ids(50), batch_size=5, training=True, service=running, service_mode="static", seed=0
