@@ -65,7 +65,6 @@ def build_model(num_classes: int = 10):
 
 def train_worker(config: dict) -> None:
     """The per-worker function Ray runs in every worker process."""
-    import numpy as np
     import ray.train
     import tensorflow as tf
 
@@ -76,10 +75,28 @@ def train_worker(config: dict) -> None:
         tf.config.experimental.enable_op_determinism()
     strategy = tfaccel.devices.strategy("auto")  # MWMS from Ray's TF_CONFIG
     rank = ray.train.get_context().get_world_rank()
+    callbacks: list[keras.callbacks.Callback] = [ReportToRay()]
+    if config["crash_at_step"] and rank == config["crash_rank"]:
+        marker = pathlib.Path(config["checkpoint_dir"]) / f".crashed-rank{rank}"
+        callbacks.append(CrashOnce(config["crash_at_step"], marker))
+    train(config, strategy, rank, callbacks)
+
+
+def train(config: dict, strategy, rank: int = 0, callbacks=()) -> None:
+    """One worker's training under `strategy` (Ray's workers: MWMS): fits, evaluates,
+    saves model.keras and this worker's weights (and the chief's summary) to `out`.
+
+    Without Ray (e.g. a `MirroredStrategy` in one process, 1 worker feeding as many
+    replicas) it trains on the same global batches: the pipeline reads one global order.
+    """
+    import numpy as np
+
+    import tfaccel
+
     keras.utils.set_random_seed(config["seed"])
     (x_train, y_train), (x_test, y_test) = load(config["seed"], config["limit"])
     data = tfaccel.data
-    train = data.pipeline(
+    train_data = data.pipeline(
         data.from_arrays(x_train, y_train),
         batch_size=config["batch_size"],
         training=True,
@@ -98,16 +115,12 @@ def train_worker(config: dict) -> None:
         accumulate_steps=config["accumulate_steps"],
         steps_per_loop=config["steps_per_loop"],
     )
-    callbacks = [ReportToRay()]
-    if config["crash_at_step"] and rank == config["crash_rank"]:
-        marker = pathlib.Path(config["checkpoint_dir"]) / f".crashed-rank{rank}"
-        callbacks.append(CrashOnce(config["crash_at_step"], marker))
     trainer.fit(
-        train,
+        train_data,
         epochs=config["epochs"],
         checkpoint_dir=config["checkpoint_dir"],
         checkpoint_every=config["checkpoint_every"],
-        callbacks=callbacks,
+        callbacks=list(callbacks),
         verbose=0,
     )
     results = trainer.evaluate(test)
@@ -189,16 +202,11 @@ def parse(argv=None) -> argparse.Namespace:
     return args
 
 
-def main(argv=None) -> dict:
-    """Runs the job on Ray Train; returns the chief's summary (also in <out>/summary.json)."""
-    import ray
-    from ray.train import FailureConfig, RunConfig, ScalingConfig
-    from ray.train.tensorflow import TensorflowTrainer
-
-    args = parse(argv)
+def job_config(args: argparse.Namespace) -> dict:
+    """The configuration every worker's `train` gets, from `parse`'s arguments."""
     out = pathlib.Path(args.out).absolute()
     every = args.checkpoint_every
-    config = {
+    return {
         "epochs": 2 if args.smoke else args.epochs,
         "limit": 256 if args.smoke else None,
         "batch_size": args.batch_size,
@@ -213,6 +221,17 @@ def main(argv=None) -> dict:
         "crash_at_step": args.crash_at_step,
         "crash_rank": args.crash_rank,
     }
+
+
+def main(argv=None) -> dict:
+    """Runs the job on Ray Train; returns the chief's summary (also in <out>/summary.json)."""
+    import ray
+    from ray.train import FailureConfig, RunConfig, ScalingConfig
+    from ray.train.tensorflow import TensorflowTrainer
+
+    args = parse(argv)
+    out = pathlib.Path(args.out).absolute()
+    config = job_config(args)
     if __name__ != "__main__":  # imported (tests): ship this module's code to the workers
         ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
     if not ray.is_initialized():

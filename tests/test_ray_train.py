@@ -1,11 +1,14 @@
-"""Ray Train: recipes/ray_train.py on a local Ray cluster (2 CPUs), with a kill and recovery."""
+"""Ray Train: recipes/ray_train.py on a local Ray cluster (2 CPUs), with a kill and recovery
+checked against the same job trained without Ray."""
 
+import json
 import os
 import pathlib
 import sys
 
 import numpy as np
 import pytest
+from tensorflow.python.framework import config as tf_config
 
 ray = pytest.importorskip("ray", reason="Ray Train is in the cluster extra")
 
@@ -47,33 +50,45 @@ def weights(out, rank, kind="weights"):
     return [data[k] for k in sorted(data.files, key=lambda k: int(k.split("_")[1]))]
 
 
-def run(tmp_path, name, *extra):
-    out = tmp_path / name
-    args = ["--smoke", "--workers", "2", "--deterministic", "--out", str(out)]
-    args += ["--steps-per-loop", "2", "--checkpoint-every", "2", *extra]
-    return ray_train.main(args), out
+ARGS = ["--smoke", "--workers", "2", "--deterministic", "--steps-per-loop", "2"]
+ARGS += ["--checkpoint-every", "2"]
 
 
-def test_two_ray_workers_train_then_a_killed_worker_recovers(tmp_path, local_ray):
-    summary, out = run(tmp_path, "plain")
+@pytest.fixture
+def uninterrupted(tmp_path, mirrored):
+    """The recipe's own training (`ray_train.train`) of the same job without Ray: one
+    process, a 2-replica MirroredStrategy, op determinism as the workers have it. The
+    pipeline reads one global order, so each replica gets the batch a Ray worker gets."""
+    out = tmp_path / "uninterrupted"
+    config = ray_train.job_config(ray_train.parse([*ARGS, "--out", str(out)]))
+    was = tf_config.is_op_determinism_enabled()
+    tf_config.enable_op_determinism()
+    try:
+        ray_train.train(config, mirrored)
+    finally:
+        if not was:
+            tf_config.disable_op_determinism()
+    assert json.loads((out / "summary.json").read_text())["step"] == 8
+    return out
+
+
+def test_a_killed_ray_worker_recovers_to_an_uninterrupted_runs_weights(
+    tmp_path, local_ray, uninterrupted
+):
+    # Worker 1 kills itself after step 6 (loops of 2 steps); Ray restarts the group, which
+    # resumes from the last tfaccel checkpoint (step 4 or 6) and ends as if never killed.
+    out = tmp_path / "killed"
+    args = [*ARGS, "--out", str(out), "--crash-at-step", "5", "--max-failures", "1"]
+    summary = ray_train.main(args)
     assert summary["strategy"] == "CollectiveAllReduceStrategy"  # MWMS, from Ray's TF_CONFIG
     assert summary["cluster"] == "TF_CONFIG" and summary["replicas"] == "2"
     assert int(summary["step"]) == 2 * 4  # 2 epochs of 256 examples in batches of 64
-    plain = weights(out, 0)
     assert (out / "model.keras").is_file()  # saved by every worker, written by the chief
-    for a, b in zip(plain, weights(out, 1), strict=True):
-        np.testing.assert_array_equal(a, b)
-
-    statistics = weights(out, 0, "statistics")  # BN moving statistics: the chief's own
-
-    # Worker 1 kills itself after step 6 (loops of 2 steps); Ray restarts the group, which
-    # resumes from the last tfaccel checkpoint (step 4 or 6) and ends as if never killed.
-    summary, out = run(tmp_path, "killed", "--crash-at-step", "5", "--max-failures", "1")
     assert (out / "ckpt" / ".crashed-rank1").read_text() == "5"
-    assert int(summary["step"]) == 8
-    for a, b in zip(plain, weights(out, 0), strict=True):
-        np.testing.assert_allclose(a, b, atol=1e-6)
-    for a, b in zip(statistics, weights(out, 0, "statistics"), strict=True):
-        np.testing.assert_allclose(a, b, atol=1e-6)
-    for a, b in zip(plain, weights(out, 1), strict=True):
-        np.testing.assert_allclose(a, b, atol=1e-6)
+    recovered = weights(out, 0)
+    for a, b in zip(recovered, weights(out, 1), strict=True):
+        np.testing.assert_array_equal(a, b)
+    # BN moving statistics are per replica: the chief's against the first replica's.
+    for kind in ("weights", "statistics"):
+        for a, b in zip(weights(uninterrupted, 0, kind), weights(out, 0, kind), strict=True):
+            np.testing.assert_allclose(a, b, atol=1e-6)
