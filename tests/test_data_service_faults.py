@@ -17,7 +17,7 @@ GUARD_S = 240
 
 _JOB = textwrap.dedent(
     """
-    import json, os, signal, sys, time
+    import importlib, json, os, shlex, signal, sys, tempfile, time
     import numpy as np
     import tensorflow as tf
     from tfaccel import data
@@ -34,11 +34,45 @@ _JOB = textwrap.dedent(
     ids = np.arange(4000)
     source = data.from_arrays(ids.astype("float32").reshape(-1, 1), ids)
     victim = int(sys.argv[1])  # 0: the dispatcher, 1: worker 0
+    # With a worker the victim, the dispatcher and worker 1 (never killed) are forked from
+    # the tests' worker zygote (its stand-in: argv[2:4]), not started as fresh Pythons that
+    # import TensorFlow; the victim and its restart are real. (With the dispatcher the
+    # victim, the workers stay real: the watch reads their CPU to find the stall.)
+    python = os.path.join(tempfile.mkdtemp(), "python")
+    with open(python, "w") as script:
+        script.write(f"#!/bin/sh\\nexec {shlex.join([sys.executable, *sys.argv[2:4]])} \\"$@\\"\\n")
+    os.chmod(python, 0o755)
+    local_module, started = importlib.import_module("tfaccel.data.service.local"), []
+
+    real_start, real = local_module._start, sys.executable
+
+    def start(arguments, key=None):  # the dispatcher, worker 0, worker 1, then restarts
+        sys.executable = python if victim and len(started) in (0, 2) else real
+        try:
+            started.append(real_start(arguments, key))
+        finally:
+            sys.executable = real
+        return started[-1]
+
+    local_module._start = start
+
+    def holders(pid):  # pid and the forked server behind it: the processes of its stdout
+        pipe = os.readlink(f"/proc/{pid}/fd/1")
+        found = []
+        for other in filter(str.isdigit, os.listdir("/proc")):
+            try:
+                if os.readlink(f"/proc/{other}/fd/1") == pipe:
+                    found.append(int(other))
+            except OSError:
+                pass
+        return found
+
     # The read blocks inside TensorFlow, where the KeyboardInterrupt cannot land: the
     # watch's grace after it (5 s) only delays the exit here.
     watch.GRACE_S = 1.0
     with service.local(2, stall_timeout_s=2.0) as running:
-        print(json.dumps([p.pid for p in running.processes]), flush=True)
+        print(json.dumps([held for p in running.processes for held in holders(p.pid)]),
+              flush=True)
         train = data.pipeline(source, batch_size=10, training=True, preprocess=decode,
                               service=running)
         seen = []
@@ -72,9 +106,12 @@ def _run_guarded(jobs, code: str, *args: str):
 
 
 @pytest.mark.parametrize("victim", [1, 0], ids=["worker", "dispatcher"])
-def test_a_killed_server_ends_the_stalled_read_in_bounded_time(victim, jobs):
-    job, out, err = _run_guarded(jobs, _JOB, str(victim))
+def test_a_killed_server_ends_the_stalled_read_in_bounded_time(victim, jobs, worker_zygote):
+    stand_in = worker_zygote.command([sys.executable])[1:]  # forked_worker.py SOCKET
+    job, out, err = _run_guarded(jobs, _JOB, str(victim), *stand_in)
+    assert out, err[-3000:]
     pids = json.loads(out.splitlines()[0])
+    assert len(pids) == (5 if victim else 3), pids  # a forked server: its stand-in and fork
     assert "killed" in out, err[-3000:]
     said = [line for line in err.splitlines() if line.startswith("tfaccel data service:")]
     name = "the dispatcher" if victim == 0 else "worker 0"
@@ -105,9 +142,11 @@ _WORK_DIR_JOB = textwrap.dedent(
     from tfaccel import data
     from tfaccel.launcher.processes import die_with_parent, free_ports
 
-    def spawn(*arguments):  # `tfaccel data-service ...`
+    def spawn(*arguments, forked=False):  # `tfaccel data-service ...`
+        # forked: from the tests' worker zygote (argv[1:3], its stand-in): no imports
+        python = [sys.executable, *(sys.argv[1:3] if forked else [])]
         return subprocess.Popen(
-            [sys.executable, "-m", "tfaccel", "data-service", *arguments, "--quiet"],
+            [*python, "-m", "tfaccel", "data-service", *arguments, "--quiet"],
             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
             start_new_session=True, preexec_fn=die_with_parent)  # even if the job is killed
 
@@ -123,12 +162,25 @@ _WORK_DIR_JOB = textwrap.dedent(
     port, *workers = free_ports(3)
     dispatcher = ["dispatcher", "--port", str(port), "--work-dir", work_dir]
     # all at once, as data.service.local starts them (a worker waits for its dispatcher):
-    # each imports TensorFlow; then the three are awaited
+    # the dispatcher imports TensorFlow, the workers (never killed) are forked; then the
+    # three are awaited
     servers = [spawn(*dispatcher)] + [
         spawn("worker", "--dispatcher", f"localhost:{port}", "--port", str(worker), "--host",
-              "localhost") for worker in workers]
+              "localhost", forked=True) for worker in workers]
     servers = [ready(process) for process in servers]
-    print(json.dumps([p.pid for p in servers]), flush=True)
+
+    def holders(pid):  # pid and the forked server behind it: the processes of its stdout
+        pipe = os.readlink(f"/proc/{pid}/fd/1")
+        found = []
+        for other in filter(str.isdigit, os.listdir("/proc")):
+            try:
+                if os.readlink(f"/proc/{other}/fd/1") == pipe:
+                    found.append(int(other))
+            except OSError:
+                pass
+        return found
+
+    print(json.dumps([held for p in servers for held in holders(p.pid)]), flush=True)
     restart = threading.Event()
 
     def restarter():  # a thread that outlives what it starts
@@ -165,8 +217,9 @@ _WORK_DIR_JOB = textwrap.dedent(
 )
 
 
-def test_a_dispatcher_restarted_with_its_work_dir_lets_the_job_go_on(jobs):
-    job, out, err = _run_guarded(jobs, _WORK_DIR_JOB)
+def test_a_dispatcher_restarted_with_its_work_dir_lets_the_job_go_on(jobs, worker_zygote):
+    stand_in = worker_zygote.command([sys.executable])[1:]  # forked_worker.py SOCKET
+    job, out, err = _run_guarded(jobs, _WORK_DIR_JOB, *stand_in)
     assert job.returncode == 0, err[-3000:]
     lines = out.splitlines()
     assert "killed" in lines and "restarted" in lines
@@ -176,6 +229,7 @@ def test_a_dispatcher_restarted_with_its_work_dir_lets_the_job_go_on(jobs):
         "epoch 1 3000 3000",
     ]
     pids = json.loads(lines[0])
+    assert len(pids) == 5  # the dispatcher, and each worker's stand-in and fork
     deadline = time.monotonic() + 30
     while any(_alive(pid) for pid in pids) and time.monotonic() < deadline:
         time.sleep(0.2)
