@@ -1,13 +1,18 @@
 """A model's own `train_step` / `test_step` / `compute_loss` run inside the Trainer's loops,
 equal to `model.fit`; what only the Trainer's own step can do is refused before step 1."""
 
+import types
+
 import keras
 import numpy as np
 import pytest
 import tensorflow as tf
 
 import tfaccel
+from tfaccel import devices
 from tfaccel.train.setup import model_steps
+
+CPUS = ["/cpu:0", "/cpu:1"]  # conftest's two logical CPUs
 
 RNG = np.random.default_rng(0)
 REAL = RNG.normal(size=(70, 6)).astype("float32")
@@ -21,12 +26,9 @@ class GAN(keras.Model):
 
     def __init__(self):
         super().__init__()
-        self.generator = keras.Sequential(
-            [keras.Input((4,)), keras.layers.Dense(8, activation="relu"), keras.layers.Dense(6)]
-        )
-        self.discriminator = keras.Sequential(
-            [keras.Input((6,)), keras.layers.Dense(8, activation="relu"), keras.layers.Dense(1)]
-        )
+        # One layer each: a step's trace (the tests' cost) grows with the variables.
+        self.generator = keras.Sequential([keras.Input((4,)), keras.layers.Dense(6)])
+        self.discriminator = keras.Sequential([keras.Input((6,)), keras.layers.Dense(1)])
         self.d_tracker = keras.metrics.Mean(name="d_loss")
         self.g_tracker = keras.metrics.Mean(name="g_loss")
 
@@ -76,22 +78,48 @@ def max_diff(a, b):
     return max(float(np.max(np.abs(u - v))) for u, v in zip(a, b, strict=True))
 
 
-@pytest.mark.parametrize("distributed", [False, True], ids=["default", "mirrored"])
-def test_gan_train_step_equals_model_fit(distributed, mirrored):
-    strategy = mirrored if distributed else tf.distribute.get_strategy()
-    with strategy.scope():
-        reference = make_gan()
-    expected = reference.fit(gan_data(), epochs=2, shuffle=False, verbose=0).history
-    trainer = tfaccel.Trainer(make_gan, strategy=strategy, steps_per_loop=3)
-    history = trainer.fit(gan_data(), epochs=2, verbose=0).history
-    assert max_diff(reference.get_weights(), trainer.model.get_weights()) < 1e-5
-    assert sorted(history) == ["d_loss", "g_loss"]
+@pytest.fixture(scope="module")
+def gan_runs():
+    """The GAN's uninterrupted 2 epochs, by `model.fit` and by the Trainer (3 steps a loop),
+    run once a strategy ("default", "mirrored") for the tests that compare against them."""
+    runs = {}
+
+    def run(kind):
+        if kind not in runs:
+            distributed = kind == "mirrored"
+            strategy = devices.strategy("mirrored", devices=CPUS) if distributed else None
+            strategy = strategy or tf.distribute.get_strategy()
+            with strategy.scope():
+                reference = make_gan()
+            expected = reference.fit(gan_data(), epochs=2, shuffle=False, verbose=0).history
+            trainer = tfaccel.Trainer(make_gan, strategy=strategy, steps_per_loop=3)
+            history = trainer.fit(gan_data(), epochs=2, verbose=0).history
+            runs[kind] = types.SimpleNamespace(
+                reference=reference.get_weights(),
+                expected=expected,
+                weights=trainer.model.get_weights(),
+                history=history,
+                iterations=[
+                    int(o.iterations.numpy())
+                    for o in (trainer.model.d_optimizer, trainer.model.g_optimizer)
+                ],
+                step=int(trainer.step.numpy()),
+            )
+        return runs[kind]
+
+    return run
+
+
+@pytest.mark.parametrize("kind", ["default", "mirrored"])
+def test_gan_train_step_equals_model_fit(kind, gan_runs):
+    runs = gan_runs(kind)
+    assert max_diff(runs.reference, runs.weights) < 1e-5
+    assert sorted(runs.history) == ["d_loss", "g_loss"]
     for name in ("d_loss", "g_loss"):
-        np.testing.assert_allclose(history[name], expected[name], rtol=1e-5)
+        np.testing.assert_allclose(runs.history[name], runs.expected[name], rtol=1e-5)
     # Both of the model's own optimizers stepped 2 epochs of 5 batches.
-    assert int(trainer.model.d_optimizer.iterations.numpy()) == 10
-    assert int(trainer.model.g_optimizer.iterations.numpy()) == 10
-    assert int(trainer.step.numpy()) == 10
+    assert runs.iterations == [10, 10]
+    assert runs.step == 10
 
 
 class Frozen(keras.Model):
@@ -126,8 +154,7 @@ def test_a_train_step_that_changes_nothing_leaves_the_weights_unchanged():
 def make_classifier(kind, metrics=("accuracy",)):
     keras.utils.set_random_seed(2)
     inputs = keras.Input((6,))
-    hidden = keras.layers.Dense(8, activation="relu")(inputs)
-    model = kind(inputs, keras.layers.Dense(3, activation="softmax")(hidden))
+    model = kind(inputs, keras.layers.Dense(3, activation="softmax")(inputs))
     model.compile(
         keras.optimizers.SGD(0.1), "sparse_categorical_crossentropy", metrics=list(metrics) or None
     )
@@ -194,15 +221,20 @@ class StopAt(keras.callbacks.Callback):
             self.model.stop_training = True
 
 
-@pytest.mark.parametrize("distributed", [False, True], ids=["iterator-saved", "mirrored-skip"])
-def test_gan_resumed_mid_epoch_equals_the_uninterrupted_run(tmp_path, distributed, mirrored):
+@pytest.mark.parametrize(
+    ("distributed", "kind"),
+    [(False, "default"), (True, "mirrored")],
+    ids=["iterator-saved", "mirrored-skip"],
+)
+def test_gan_resumed_mid_epoch_equals_the_uninterrupted_run(
+    tmp_path, distributed, kind, mirrored, gan_runs
+):
     strategy = mirrored if distributed else tf.distribute.get_strategy()
 
     def fresh():
         return tfaccel.Trainer(make_gan, strategy=strategy, steps_per_loop=1)
 
-    whole = fresh()
-    expected = whole.fit(gan_data(), epochs=2, verbose=0).history
+    whole = gan_runs(kind)  # the Trainer's uninterrupted run (3 steps a loop)
     first = fresh()
     first.fit(gan_data(), epochs=2, verbose=0, checkpoint_dir=tmp_path, callbacks=[StopAt(7)])
     assert int(first.step.numpy()) == 7  # 2 of epoch 2's 5 batches
@@ -210,9 +242,9 @@ def test_gan_resumed_mid_epoch_equals_the_uninterrupted_run(tmp_path, distribute
     history = resumed.fit(gan_data(), epochs=2, verbose=0, checkpoint_dir=tmp_path).history
     assert int(resumed.step.numpy()) == 10
     assert int(resumed.model.g_optimizer.iterations.numpy()) == 10  # its slots came back too
-    assert max_diff(whole.model.get_weights(), resumed.model.get_weights()) < 1e-6
+    assert max_diff(whole.weights, resumed.model.get_weights()) < 1e-6
     # The metrics' running state of the interrupted epoch came back with the checkpoint.
-    np.testing.assert_allclose(history["d_loss"], expected["d_loss"][1:], rtol=1e-5)
+    np.testing.assert_allclose(history["d_loss"], whole.history["d_loss"][1:], rtol=1e-5)
 
 
 @pytest.mark.parametrize(
@@ -233,10 +265,15 @@ def test_what_needs_the_trainers_own_step_is_refused(kwargs, names):
 
 
 @pytest.mark.parametrize("none", [[], (), None, "none"])
-def test_no_methods_given_as_an_empty_list_trains_the_models_own_step(none):
+def test_no_methods_given_as_an_empty_list_trains_the_models_own_step(none, capsys):
     trainer = tfaccel.Trainer(make_gan, strategy=tf.distribute.get_strategy(), methods=none)
-    history = trainer.fit(gan_data(), epochs=1, verbose=0).history
+    history = trainer.fit(gan_data(), epochs=1, verbose=1).history
     assert sorted(history) == ["d_loss", "g_loss"]
+    # The settings table says the model's own step runs.
+    assert "GAN.train_step overridden" in capsys.readouterr().out
+    row = trainer.settings["train_step"]
+    assert "as in model.fit" in row and "model.jit_compile" in row
+    assert trainer.settings["jit_compile"] is False  # the model's: Keras's "auto" on a CPU
 
 
 def test_a_model_not_compiled_is_refused():
@@ -247,16 +284,6 @@ def test_a_model_not_compiled_is_refused():
 def test_a_model_built_outside_the_scope_is_refused(mirrored):
     with pytest.raises(ValueError, match=r"outside the strategy's scope.*Trainer\(build_model"):
         tfaccel.Trainer(make_gan(), strategy=mirrored)
-
-
-def test_the_settings_table_says_the_models_own_step_runs(capsys):
-    trainer = tfaccel.Trainer(make_gan, strategy=tf.distribute.get_strategy())
-    trainer.fit(gan_data(), epochs=1, verbose=1)
-    table = capsys.readouterr().out
-    assert "GAN.train_step overridden" in table
-    row = trainer.settings["train_step"]
-    assert "as in model.fit" in row and "model.jit_compile" in row
-    assert trainer.settings["jit_compile"] is False  # the model's: Keras's "auto" on a CPU
 
 
 def test_which_hooks_are_overridden():
