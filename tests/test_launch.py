@@ -308,9 +308,11 @@ def test_min_workers_continues_without_a_lost_worker_exactly(tmp_path, two_worke
 def test_max_workers_grows_a_shrunken_job_back_exactly(tmp_path, two_workers, worker_zygote):
     # Worker 1 dies at step 14 (once): the job goes on one worker from step 12; once that
     # one saves a newer checkpoint, the launcher stops it (SIGTERM: the Trainer saves) and
-    # re-forms the job on two workers, which ends with the uninterrupted run's numbers.
+    # re-forms the job on two workers, which ends with the uninterrupted run's numbers. Alone,
+    # the worker sleeps 0.5 s a call (6 calls of 2 steps): the launcher polls every 0.5 s.
     ckpt = str(tmp_path / "out-ckpt")
-    command = job_command(worker_zygote, tmp_path, "out", "--kill-at", "14", "--kill-worker", "1")
+    kill = ["--kill-at", "14", "--kill-worker", "1", "--alone-sleep", "0.5"]
+    command = job_command(worker_zygote, tmp_path, "out", *kill)
     elastic = ["--min-workers", "1", "--max-workers", "2", "--checkpoint-dir", ckpt]
     result = tfaccel_launch("--workers", "2", *elastic, "--timeout", "300", "--", *command)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-2000:]

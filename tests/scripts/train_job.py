@@ -10,6 +10,7 @@ import os
 import pathlib
 import signal
 import threading
+import time
 
 import keras
 import numpy as np
@@ -98,6 +99,19 @@ class SelfSignal(keras.callbacks.Callback):
             os.kill(os.getpid(), self.sig)
 
 
+class SlowWhenAlone(keras.callbacks.Callback):
+    """Sleeps `seconds` after each step call while the job runs on one worker of a cluster:
+    a shrunken job then outlasts the launcher's polls for its newer checkpoint on any host
+    (its 12 steps would otherwise end before the first poll on a fast one)."""
+
+    def __init__(self, seconds):
+        super().__init__()
+        self.seconds = seconds
+
+    def on_train_batch_end(self, batch, logs=None):
+        time.sleep(self.seconds)
+
+
 class HistoryLog(keras.callbacks.Callback):
     """Appends each finished epoch's logs to a JSON-lines file (kept across kills)."""
 
@@ -126,6 +140,7 @@ def main():
     parser.add_argument("--replicas", type=int, help="a MirroredStrategy over N logical CPUs")
     parser.add_argument("--marker", help="the kill's once-marker (default: OUT.killed)")
     parser.add_argument("--history-log", help="append each epoch's logs here (JSON lines)")
+    parser.add_argument("--alone-sleep", type=float, help="seconds a step call on one worker")
     args = parser.parse_args()
     if args.replicas:
         tfaccel.devices.configure(virtual_cpus=args.replicas)
@@ -156,6 +171,8 @@ def main():
         callbacks.append(SelfSignal(args.kill_at, signal.SIGKILL, marker))
     if args.history_log:
         callbacks.append(HistoryLog(args.history_log))
+    if args.alone_sleep and config is not None and len(config["cluster"]["worker"]) == 1:
+        callbacks.append(SlowWhenAlone(args.alone_sleep))
     if args.term_at:
         callbacks.append(SelfSignal(args.term_at, signal.SIGTERM, args.out + ".termed"))
     if args.int_at:
