@@ -60,6 +60,7 @@ MAX_ROUNDS = 2 * ROUNDS  # ... and at most this many, within the rounds' budget
 FLOOR_S = 1.0  # the timed rounds' budget when the epoch's length is unknown
 PROBE_STEPS = 2 + ROUNDS  # per candidate, at least: warm-up and timed rounds
 ONLINE_LOOPS = 2 * (1 + MAX_ROUNDS)  # the online A/B's most loops: warm-ups, rounds
+SLOWER = 4.0  # a candidate whose warmed step takes this many times the reference's: not timed
 
 
 def probe_steps(candidates: int) -> int:
@@ -224,10 +225,12 @@ def time_steps(
         cached = iterators.adopt(iter(feed.one_batch().distribute(endless=True)))
         loops = {c: GradientLoops(copies[c[0]], loss, strategy, c[1]) for c in candidates}
         first, dropped = passes.warm_up(loops, cached, admit, strategy)
-        live = [c for c in candidates if c in first]
+        slow = _too_slow(first, candidates[0], strategy)
+        dropped.update(slow)
+        live = [c for c in candidates if c in first and c not in slow]
         budget = rounds_budget(first[live[0]][1], epoch_steps)
         per_call = budget / (MAX_ROUNDS * len(live))
-        slowest = max(step for _, step in first.values())
+        slowest = max(first[c][1] for c in live)
         steps = int(agree(strategy, max(1, min(round(per_call / slowest), 1000))))
         timed = time.perf_counter()
         read = _reader(loops, cached, steps, batch or 1)
@@ -246,17 +249,33 @@ def time_steps(
         jitted = any(jit for _, jit in live)
         losses = {c: loops[c].loss_once(cached) for c in live} if jitted else {}
     del cached, loops, copies
+    timed_rounds = min(len(r) for r in rounds.values())
+    rounds.update({c: [(batch or 1) / first[c][1]] for c in slow})  # its warmed step's rate
     return {
-        "rates": {c: max(rounds[c]) for c in live},
+        "rates": {c: max(rounds[c]) for c in rounds},
         "readings": rounds,
         "losses": losses,
         "dropped": dropped,
         "steps": steps,
-        "rounds": min(len(r) for r in rounds.values()),
+        "rounds": timed_rounds,
         "seconds": time.perf_counter() - began,
         "timed_s": timed_s,
         "budget_s": budget,
     }
+
+
+def _too_slow(first: dict, reference: Any, strategy: tf.distribute.Strategy) -> dict:
+    """The un-jitted candidates whose warmed step took `SLOWER` times the reference's or
+    more, with why: they cannot win, and timing them would cost rounds sized for the
+    reference (a CPU's `mixed_float16` step ran ~1,000x float32's). Their rate is their
+    warmed step's. Every worker drops alike (the largest ratio)."""
+    base = max(first[reference][1], 1e-12)
+    slow = {}
+    for c, (_, step) in first.items():
+        ratio = agree(strategy, step / base)
+        if c != reference and not c[1] and ratio >= SLOWER:
+            slow[c] = f"its warmed step took {ratio:.1f}x {reference[0]}'s: not timed further"
+    return slow
 
 
 def rounds_budget(step_s: float, epoch_steps: int | None) -> float:

@@ -1,0 +1,57 @@
+"""The step probe does not time a candidate that cannot win: one whose warmed step is
+`timing.SLOWER` times the reference's (a CPU's `mixed_float16` ran ~1,000x float32's) is
+dropped after its warm-up, with the reason, and its rate is its warmed step's."""
+
+from __future__ import annotations
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from tfaccel.choices import timing
+from tfaccel.choices.passes import GradientLoops
+from tfaccel.data.assembly.feed import Feed
+from tfaccel.train.step.losses import PerExampleLoss
+
+F32, BF16 = ("float32", False), ("mixed_bfloat16", False)
+BATCH = 16
+
+
+def probe(monkeypatch, slower: float) -> tuple[dict, dict]:
+    """`time_steps` on float32 and bf16 with a fake clock: float32 10 ms a step, bf16
+    `slower` times that; the passes run for real. Returns the result and each policy's
+    timed calls after the warm-up."""
+    real, calls = GradientLoops.seconds, {F32[0]: 0, BF16[0]: 0}
+
+    def seconds(self, reduce, iterator, steps, n):
+        real(self, reduce, iterator, steps, n)
+        name = self.model.dtype_policy.name
+        if n == 1:  # the warm-up's calls are 2 at once; the timed rounds' one each
+            calls[name] += 1
+        return [0.01 * (slower if name == BF16[0] else 1.0) * steps] * n
+
+    monkeypatch.setattr(GradientLoops, "seconds", seconds)
+    x = np.random.default_rng(0).random((64, 6), dtype=np.float32)
+    data = tf.data.Dataset.from_tensor_slices((x, (x.sum(1) > 3).astype("int32"))).batch(BATCH)
+    model = keras.Sequential([keras.Input((6,)), keras.layers.Dense(4), keras.layers.Dense(2)])
+    loss = PerExampleLoss(keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    strategy = tf.distribute.get_strategy()
+    feed = Feed.of(data, strategy)
+    measured = timing.time_steps(model, loss, strategy, feed, [F32, BF16], epoch_steps=200)
+    return measured, calls
+
+
+def test_a_candidate_far_slower_at_its_warm_up_is_not_timed(monkeypatch):
+    measured, calls = probe(monkeypatch, slower=100.0)
+    assert calls[BF16[0]] == 0 and calls[F32[0]] >= timing.ROUNDS
+    assert measured["dropped"][BF16] == ("its warmed step took 100.0x float32's: not timed further")
+    assert measured["rates"][BF16] == pytest.approx(BATCH / 1.0)  # 1 s a step
+    assert measured["rates"][F32] == pytest.approx(BATCH / 0.01)
+    assert measured["rounds"] == calls[F32[0]]
+
+
+def test_a_candidate_within_the_bound_is_timed_in_rounds(monkeypatch):
+    measured, calls = probe(monkeypatch, slower=2.0)
+    assert BF16 not in measured["dropped"]
+    assert calls[BF16[0]] == calls[F32[0]] >= timing.ROUNDS
