@@ -97,15 +97,29 @@ def warm_up(
     strategy: tf.distribute.Strategy,
 ) -> tuple[dict, dict]:
     """Traces and times one step of each candidate's loops (`{(policy, jit): GradientLoops}`),
-    the un-jitted first; then `admit(readings)` may say why the jitted ones are not worth
-    compiling (`timing.time_steps`). Returns `({candidate: (first call s, step s)},
-    {candidate: why it was dropped})`; the workers of a multi-worker job agree on both."""
-    first = {c: tuple(loop.seconds(False, cached, 1, 2)) for c, loop in loops.items() if not c[1]}
-    jitted = [c for c in loops if c[1]]
+    the un-jitted first; a policy whose step fails (e.g. float token ids rounded past an
+    embedding's range under float16) is dropped with the error, its jitted step too; then
+    `admit(readings)` may say why the jitted ones are not worth compiling
+    (`timing.time_steps`). Returns `({candidate: (first call s, step s)}, {candidate: why it
+    was dropped})`; the workers of a multi-worker job agree on both."""
+    first, dropped = {}, {}
+    for i, c in enumerate(c for c in loops if not c[1]):
+        try:
+            first[c] = tuple(loops[c].seconds(False, cached, 1, 2))
+        except tf.errors.OpError as error:
+            if i == 0:  # the reference: the step as the job runs it fails
+                raise
+            dropped[c] = f"the step fails under {c[0]} ({_unsupported(error)})"
+    for c in [c for c in loops if not c[1]][1:]:  # one candidate set on every worker
+        if agree(strategy, float(c in dropped)) and c not in dropped:
+            dropped[c] = f"the step fails under {c[0]} on another worker"
+            del first[c]
+    jitted = [c for c in loops if c[1] and (c[0], False) not in dropped]
+    for c in [c for c in loops if c[1] and c not in jitted]:
+        dropped[c] = f"the step fails under {c[0]}"
     why = admit(first) if admit is not None and jitted else None
     if jitted and agree(strategy, float(why is not None)) and not why:  # the workers agree
         why = "declined: another worker's first readings project a probe over its share"
-    dropped = {}
     for c in jitted:
         if why:
             dropped[c] = why

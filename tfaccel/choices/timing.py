@@ -211,7 +211,7 @@ def time_steps(
     (inference mode).
 
     Returns `time_policies`' dict keyed by candidate, with `"losses"` and `"dropped"`
-    ({candidate: why it was not timed}).
+    ({candidate: why it was not timed}; a policy whose step fails reads 0 examples/s).
 
     Raises:
         ValueError: the model cannot be built or copied (the message says what to pass).
@@ -251,6 +251,7 @@ def time_steps(
     del cached, loops, copies
     timed_rounds = min(len(r) for r in rounds.values())
     rounds.update({c: [(batch or 1) / first[c][1]] for c in slow})  # its warmed step's rate
+    rounds.update({c: [0.0] for c in candidates if c not in rounds and not c[1]})  # it fails
     return {
         "rates": {c: max(rounds[c]) for c in rounds},
         "readings": rounds,
@@ -274,7 +275,7 @@ def _too_slow(first: dict, reference: Any, strategy: tf.distribute.Strategy) -> 
     for c, (_, step) in first.items():
         ratio = agree(strategy, step / base)
         if c != reference and not c[1] and ratio >= SLOWER:
-            slow[c] = f"its warmed step took {ratio:.1f}x {reference[0]}'s: not timed further"
+            slow[c] = f"its warmed step took {ratio:.1f}x {reference[0]}'s"
     return slow
 
 

@@ -334,13 +334,18 @@ def _measure_precision(job: _Job, feed: Feed, measured: rules.Measured) -> list[
     except ValueError as error:  # a model that cannot be copied under another policy
         return [f"Precision: not measured ({error})"]
     measured.precision_rates = timed["rates"]
+    notes = [
+        f"Precision: {c[0]} not timed further ({why})"
+        for c, why in timed.get("dropped", {}).items()
+        if not c[1]
+    ]
     if measured.matmul_peak is not None:
         for policy in others:
             dtype = keras.DTypePolicy(policy).compute_dtype
             best = peak.MatmulPeak(n=1024, dtype=dtype).measure(4)
             if best > measured.matmul_peak:
                 measured.matmul_peak, measured.matmul_peak_policy = best, policy
-    return []
+    return notes
 
 
 def _measure_xla(job: _Job, feed: Feed, measured: rules.Measured) -> list[str]:
