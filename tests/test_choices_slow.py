@@ -19,7 +19,7 @@ BATCH = 16
 OUT_OF_RANGE = "indices[3] = 2000 is not in [0, 2000)"  # a float id 1999 rounded by float16
 
 
-def probe(monkeypatch, slower: float, fails: bool = False) -> tuple[dict, dict]:
+def probe(monkeypatch, slower: float, fails: bool = False, xla: bool = False) -> tuple[dict, dict]:
     """`time_steps` on float32 and bf16 with a fake clock: float32 10 ms a step, bf16
     `slower` times that; the passes run for real. Returns the result and each policy's
     timed calls after the warm-up."""
@@ -41,7 +41,8 @@ def probe(monkeypatch, slower: float, fails: bool = False) -> tuple[dict, dict]:
     loss = PerExampleLoss(keras.losses.SparseCategoricalCrossentropy(from_logits=True))
     strategy = tf.distribute.get_strategy()
     feed = Feed.of(data, strategy)
-    candidates = [F32, BF16, (F32[0], True), (BF16[0], True)] if fails else [F32, BF16]
+    with_xla = fails or xla
+    candidates = [F32, BF16, (F32[0], True), (BF16[0], True)] if with_xla else [F32, BF16]
     measured = timing.time_steps(model, loss, strategy, feed, candidates, epoch_steps=200)
     return measured, calls
 
@@ -70,3 +71,10 @@ def test_a_policy_whose_step_fails_is_dropped_with_the_error(monkeypatch):
     assert measured["dropped"][(BF16[0], True)] == "the step fails under mixed_bfloat16"
     assert measured["rates"][BF16] == 0.0 and calls[BF16[0]] == 0
     assert (F32[0], True) in measured["rates"] and calls[F32[0]] >= 2 * timing.ROUNDS
+
+
+def test_a_far_slower_policy_s_xla_step_is_not_timed_either(monkeypatch):
+    measured, calls = probe(monkeypatch, slower=100.0, xla=True)
+    assert calls[BF16[0]] == 0
+    assert measured["dropped"][(BF16[0], True)] == "its warmed step took 100.0x float32's"
+    assert (F32[0], True) not in measured["dropped"]

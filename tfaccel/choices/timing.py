@@ -266,15 +266,15 @@ def time_steps(
 
 
 def _too_slow(first: dict, reference: Any, strategy: tf.distribute.Strategy) -> dict:
-    """The un-jitted candidates whose warmed step took `SLOWER` times the reference's or
-    more, with why: they cannot win, and timing them would cost rounds sized for the
-    reference (a CPU's `mixed_float16` step ran ~1,000x float32's). Their rate is their
-    warmed step's. Every worker drops alike (the largest ratio)."""
+    """The candidates whose warmed step took `SLOWER` times the reference's or more, with
+    why: they cannot win, and timing them would cost rounds sized for the reference (a
+    CPU's `mixed_float16` step ran ~1,000x float32's). Their rate is their warmed step's.
+    Every worker drops alike (the largest ratio)."""
     base = max(first[reference][1], 1e-12)
     slow = {}
     for c, (_, step) in first.items():
         ratio = agree(strategy, step / base)
-        if c != reference and not c[1] and ratio >= SLOWER:
+        if c != reference and ratio >= SLOWER:
             slow[c] = f"its warmed step took {ratio:.1f}x {reference[0]}'s"
     return slow
 
