@@ -9,9 +9,10 @@ The run is trained twice, as Keras builds the model (momentum 0.99) and with eve
 BatchNorm's momentum at 0.99 ** 8 from the start (the final batch's averaging window in
 examples; a momentum that follows each stage would need the step retraced, as Keras bakes
 it into the graph; the shorter window from the start also helps the first epochs, so this
-run is consistent with the cause, not a proof of it); each run records the held-out accuracy per epoch, the training accuracy, and at
-the end the held-out accuracy in inference mode (moving statistics) and with the batch's
-own statistics (training mode, 512 rows).
+run is consistent with the cause, not a proof of it); each run records the held-out
+accuracy per epoch, the training accuracy, and at the end the held-out accuracy in
+inference mode (moving statistics) and with the batch's own statistics (training mode,
+512 rows).
 
 Run: `python benchmarks/bn_stats_growth.py [--seed 0] [--epochs 11]`; writes
 `benchmarks/results/bn_stats_growth.json`.
