@@ -16,7 +16,7 @@ from tfaccel.train.step.losses import PerExampleLoss
 
 F32, BF16 = ("float32", False), ("mixed_bfloat16", False)
 BATCH = 16
-OUT_OF_RANGE = "indices[3] = 2000 is not in [0, 2000)"  # a float id 1999 rounded by float16
+OUT_OF_RANGE = "indices[3] = 2000 is not in [0, 2000)"  # a float id 1999 rounded by bfloat16
 
 
 def probe(monkeypatch, slower: float, fails: bool = False, xla: bool = False) -> tuple[dict, dict]:

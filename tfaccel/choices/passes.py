@@ -98,7 +98,7 @@ def warm_up(
 ) -> tuple[dict, dict]:
     """Traces and times one step of each candidate's loops (`{(policy, jit): GradientLoops}`),
     the un-jitted first; a policy whose step fails (e.g. float token ids rounded past an
-    embedding's range under float16) is dropped with the error, its jitted step too; then
+    embedding's range under bfloat16) is dropped with the error, its jitted step too; then
     `admit(readings)` may say why the jitted ones are not worth compiling
     (`timing.time_steps`). Returns `({candidate: (first call s, step s)}, {candidate: why it
     was dropped})`; the workers of a multi-worker job agree on both."""
