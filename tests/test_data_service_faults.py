@@ -15,6 +15,25 @@ from tfaccel.data.service.watch import STALL_STATUS
 
 GUARD_S = 240
 
+# Both jobs print the processes behind each server: a pid and the forked server behind it
+# (the processes that hold its stdout).
+_HOLDERS = textwrap.dedent(
+    """
+    import os
+
+    def holders(pid):
+        pipe = os.readlink(f"/proc/{pid}/fd/1")
+        found = []
+        for other in filter(str.isdigit, os.listdir("/proc")):
+            try:
+                if os.readlink(f"/proc/{other}/fd/1") == pipe:
+                    found.append(int(other))
+            except OSError:
+                pass
+        return found
+    """
+)
+
 _JOB = textwrap.dedent(
     """
     import importlib, json, os, shlex, signal, sys, tempfile, time
@@ -55,17 +74,6 @@ _JOB = textwrap.dedent(
         return started[-1]
 
     local_module._start = start
-
-    def holders(pid):  # pid and the forked server behind it: the processes of its stdout
-        pipe = os.readlink(f"/proc/{pid}/fd/1")
-        found = []
-        for other in filter(str.isdigit, os.listdir("/proc")):
-            try:
-                if os.readlink(f"/proc/{other}/fd/1") == pipe:
-                    found.append(int(other))
-            except OSError:
-                pass
-        return found
 
     # The read blocks inside TensorFlow, where the KeyboardInterrupt cannot land: the
     # watch's grace after it (5 s) only delays the exit here.
@@ -108,7 +116,7 @@ def _run_guarded(jobs, code: str, *args: str):
 @pytest.mark.parametrize("victim", [1, 0], ids=["worker", "dispatcher"])
 def test_a_killed_server_ends_the_stalled_read_in_bounded_time(victim, jobs, worker_zygote):
     stand_in = worker_zygote.command([sys.executable])[1:]  # forked_worker.py SOCKET
-    job, out, err = _run_guarded(jobs, _JOB, str(victim), *stand_in)
+    job, out, err = _run_guarded(jobs, _HOLDERS + _JOB, str(victim), *stand_in)
     assert out, err[-3000:]
     pids = json.loads(out.splitlines()[0])
     assert len(pids) == (5 if victim else 3), pids  # a forked server: its stand-in and fork
@@ -169,17 +177,6 @@ _WORK_DIR_JOB = textwrap.dedent(
               "localhost", forked=True) for worker in workers]
     servers = [ready(process) for process in servers]
 
-    def holders(pid):  # pid and the forked server behind it: the processes of its stdout
-        pipe = os.readlink(f"/proc/{pid}/fd/1")
-        found = []
-        for other in filter(str.isdigit, os.listdir("/proc")):
-            try:
-                if os.readlink(f"/proc/{other}/fd/1") == pipe:
-                    found.append(int(other))
-            except OSError:
-                pass
-        return found
-
     print(json.dumps([held for p in servers for held in holders(p.pid)]), flush=True)
     restart = threading.Event()
 
@@ -219,7 +216,7 @@ _WORK_DIR_JOB = textwrap.dedent(
 
 def test_a_dispatcher_restarted_with_its_work_dir_lets_the_job_go_on(jobs, worker_zygote):
     stand_in = worker_zygote.command([sys.executable])[1:]  # forked_worker.py SOCKET
-    job, out, err = _run_guarded(jobs, _WORK_DIR_JOB, *stand_in)
+    job, out, err = _run_guarded(jobs, _HOLDERS + _WORK_DIR_JOB, *stand_in)
     assert job.returncode == 0, err[-3000:]
     lines = out.splitlines()
     assert "killed" in lines and "restarted" in lines
