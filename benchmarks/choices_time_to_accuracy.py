@@ -202,7 +202,9 @@ def _picked(pick: dict) -> str:
 def main() -> None:
     offered, why = fixed_settings()
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--jobs", nargs="*", default=list(heldout_jobs.JOBS))
+    parser.add_argument(
+        "--jobs", nargs="*", default=list(heldout_jobs.JOBS), choices=list(heldout_jobs.JOBS)
+    )
     parser.add_argument("--seeds", type=int, default=5)
     parser.add_argument(
         "--settings", nargs="*", default=[AUTO, *offered], help=f"of: {AUTO} {' '.join(offered)}"

@@ -287,7 +287,9 @@ def show(jobs: dict) -> str:
 
 def main(argv=None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--jobs", nargs="*", default=list(heldout_jobs.JOBS))
+    parser.add_argument(
+        "--jobs", nargs="*", default=list(heldout_jobs.JOBS), choices=list(heldout_jobs.JOBS)
+    )
     parser.add_argument("--seeds", type=int, default=3)
     parser.add_argument("--cap", type=float, default=120.0, help="seconds a run may take")
     parser.add_argument("--budget", type=float, default=None, help="diagnosis budget, s")

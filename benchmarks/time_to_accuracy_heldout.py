@@ -269,7 +269,9 @@ def calibrate(names: list[str], seeds: list[int], max_epochs: int, cap: float) -
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--jobs", nargs="*", default=list(heldout_jobs.JOBS))
+    parser.add_argument(
+        "--jobs", nargs="*", default=list(heldout_jobs.JOBS), choices=list(heldout_jobs.JOBS)
+    )
     parser.add_argument("--seeds", type=int, default=5)
     parser.add_argument("--lengths", nargs="*", type=int, default=[1, 3, 10])
     parser.add_argument("--paths", nargs="*", default=["fit", "trainer"])
