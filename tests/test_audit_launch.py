@@ -158,3 +158,35 @@ def test_sigterm_stops_a_worker_waiting_for_its_peers():
     finally:
         if waiter.poll() is None:
             waiter.kill()
+
+
+CTRL_C_WHILE_STARTING = (
+    "import os, signal, subprocess, sys\n"
+    "from tfaccel.launcher import launch\n"
+    "real = subprocess.Popen\n"
+    "def popen(*args, **kwargs):  # Ctrl-C lands right after the first worker starts\n"
+    "    process = real(*args, **kwargs)\n"
+    "    print('started', process.pid, flush=True)\n"
+    "    os.kill(os.getpid(), signal.SIGINT)\n"
+    "    return process\n"
+    "launch.subprocess.Popen = popen\n"
+    "status = launch.launch([sys.executable, '-c', 'import time; time.sleep(120)'], 2)\n"
+    "print('status', status, flush=True)\n"
+)
+
+
+def test_ctrl_c_while_the_workers_start_is_passed_on_not_a_traceback():
+    """The handlers are in place before the first worker starts: the started worker gets
+    the SIGINT, no other worker starts, and the launcher ends with its status."""
+    result = subprocess.run(
+        [sys.executable, "-c", CTRL_C_WHILE_STARTING],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert "Traceback" not in result.stderr, result.stderr[-3000:]
+    started = [line for line in result.stdout.splitlines() if line.startswith("started")]
+    assert len(started) == 1, result.stdout
+    assert "SIGINT passed on to the workers" in result.stdout + result.stderr
+    assert f"status {128 + signal.SIGINT}" in result.stdout, result.stdout
+    assert gone(int(started[0].split()[1]))

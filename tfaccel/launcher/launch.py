@@ -20,7 +20,8 @@ on bad arguments, 126 a command that cannot run, 127 one not found), the launche
 own timeouts (124) and Ctrl-C / SIGTERM to the launcher are never restarted.
 
 Stopping: Ctrl-C is passed on to the workers; a second Ctrl-C, SIGTERM or SIGHUP
-(the terminal or ssh closed) sends them SIGTERM, then SIGKILL after `GRACE_S`.
+(the terminal or ssh closed) sends them SIGTERM, then SIGKILL after `GRACE_S`; from
+before the first worker starts (`launcher.stops`).
 Workers die with the launcher even when it is killed (Linux `PR_SET_PDEATHSIG`).
 
 Network: TensorFlow's gRPC server binds every interface (`0.0.0.0:<port>`, hard-coded
@@ -52,7 +53,6 @@ import signal
 import socket
 import subprocess
 import sys
-import threading
 import time
 from typing import TextIO
 
@@ -63,6 +63,7 @@ from tfaccel.launcher.failures import Starts
 from tfaccel.launcher.output import Relay
 from tfaccel.launcher.processes import die_with_parent as _die_with_parent
 from tfaccel.launcher.processes import free_ports
+from tfaccel.launcher.stops import Stops, signal_group
 
 TIMEOUT_STATUS = 124
 NOT_FOUND_STATUS = 127
@@ -96,13 +97,13 @@ def _terminate(processes: list[subprocess.Popen], grace_s: float = GRACE_S) -> N
     """SIGTERM every live worker's process group, then SIGKILL after a grace period."""
     for process in processes:
         if process.poll() is None:
-            _signal_group(process, signal.SIGTERM)
+            signal_group(process, signal.SIGTERM)
     deadline = time.monotonic() + grace_s
     for process in processes:
         try:
             process.wait(max(0.0, deadline - time.monotonic()))
         except subprocess.TimeoutExpired:
-            _signal_group(process, signal.SIGKILL)
+            signal_group(process, signal.SIGKILL)
             process.wait()
 
 
@@ -117,13 +118,6 @@ def _worker_setup(launcher: int, cores: set[int] | None):
             os.sched_setaffinity(0, cores)
 
     return setup
-
-
-def _signal_group(process: subprocess.Popen, sig: int) -> None:
-    try:
-        os.killpg(process.pid, sig)
-    except ProcessLookupError:
-        pass
 
 
 def _listening_ports() -> set[int] | None:
@@ -353,28 +347,34 @@ def _run_once(
         )
         err.flush()
     relay = Relay(out)
-    for index in range(workers):
-        env = dict(os.environ, TF_CONFIG=tf_config(ports, index), PYTHONUNBUFFERED="1")
-        cores = worker_cores(index, cpus_per_worker)
-        if cores:
-            threads = str(len(cores))
-            env.update(TF_NUM_INTRAOP_THREADS=threads, OMP_NUM_THREADS=threads)
-        process = subprocess.Popen(
-            command,
-            env=env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-            preexec_fn=_worker_setup(os.getpid(), cores),
-        )
-        relay.follow(process, index)
-    startup = _StartupWatch(ports, startup_timeout_s) if workers > 1 else None
-    result = _Result(TIMEOUT_STATUS)
-    try:
-        result = _supervise(relay, timeout, startup, grow)
-    finally:
-        relay.finish(succeeded=result.status == 0)
-    return result
+    with Stops(relay.processes, GRACE_S).installed() as stops:
+        for index in range(workers):
+            if stops.received:  # a stop asked while the workers start: start no more
+                break
+            env = dict(os.environ, TF_CONFIG=tf_config(ports, index), PYTHONUNBUFFERED="1")
+            cores = worker_cores(index, cpus_per_worker)
+            if cores:
+                threads = str(len(cores))
+                env.update(TF_NUM_INTRAOP_THREADS=threads, OMP_NUM_THREADS=threads)
+            process = subprocess.Popen(
+                command,
+                env=env,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                preexec_fn=_worker_setup(os.getpid(), cores),
+            )
+            relay.follow(process, index)
+            stops.catch_up(process)
+        if not relay.processes:  # stopped before the first worker started
+            return _Result(128 + stops.received[0], "stopped before a worker started")
+        startup = _StartupWatch(ports, startup_timeout_s) if workers > 1 else None
+        result = _Result(TIMEOUT_STATUS)
+        try:
+            result = _supervise(relay, timeout, stops, startup, grow)
+        finally:
+            relay.finish(succeeded=result.status == 0)
+        return result
 
 
 class _StartupWatch:
@@ -421,80 +421,45 @@ def _stop_to_grow(relay: Relay, processes, grow) -> _Result:
     return result
 
 
-def _supervise(relay: Relay, timeout: tuple, startup=None, grow=None) -> _Result:
-    processes = relay.processes
+def _supervise(relay: Relay, timeout: tuple, stops: Stops, startup=None, grow=None) -> _Result:
+    processes, received = relay.processes, stops.received
     deadline, timeout_s = timeout
-    received = []
-    kill_at: list[float] = []  # when the workers get SIGKILL, once a stop was asked for
-    notes = []  # written by the loop: the handler must not take the relay's lock
-
-    def forward(signum, frame):
-        received.append(signum)
-        # A second Ctrl-C escalates to SIGTERM; a hang-up stops like SIGTERM.
-        repeated = signum == signal.SIGINT and received.count(signal.SIGINT) > 1
-        sent = signal.SIGTERM if repeated or signum == signal.SIGHUP else signum
-        for process in processes:
-            if process.poll() is None:
-                _signal_group(process, sent)
-        if sent == signal.SIGINT and received.count(signal.SIGINT) == 1:
-            notes.append(
-                "[launch] SIGINT passed on to the workers; Ctrl-C again stops them (SIGTERM, "
-                f"then SIGKILL after {GRACE_S:g} s)\n"
+    while True:
+        while stops.notes:
+            relay.write(stops.notes.pop(0))
+        stops.kill_due()
+        statuses = [p.poll() for p in processes]
+        failed = [(i, s) for i, s in enumerate(statuses) if s not in (None, 0)]
+        if failed:
+            index, status = failed[0]
+            relay.write(f"[launch] worker {index} exited with status {status}; stopping all\n")
+            restartable = not received and status not in USAGE_STATUSES
+            _terminate(processes, RESTART_GRACE_S if restartable else GRACE_S)
+            if status < 0:
+                what = f"worker {index} died (signal {-status})"
+            else:
+                what = f"worker {index} failed (exit status {status})"
+            code = status if status > 0 else 128 - status
+            return _Result(code, what, restartable, worker=index)
+        if all(s == 0 for s in statuses):
+            return _Result(0)
+        if grow is not None and not received and grow.due():
+            return _stop_to_grow(relay, processes, grow)
+        if deadline is not None and time.monotonic() > deadline:
+            relay.write(f"[launch] timed out after {timeout_s:g} s; stopping all workers\n")
+            _terminate(processes)
+            return _Result(TIMEOUT_STATUS)
+        missing = startup.missing(processes) if startup is not None else []
+        if missing:
+            names = ", ".join(f"worker {i} (127.0.0.1:{startup.ports[i]})" for i in missing)
+            ready = ", ".join(str(i) for i in sorted(startup.started))
+            relay.write(
+                f"[launch] {names} did not start its TensorFlow server within "
+                f"{startup.timeout_s:g} s of worker(s) {ready}, which wait for it; "
+                "stopping all workers. Check that every worker reaches "
+                "tfaccel.devices.strategy(...) (raise --startup-timeout if its "
+                "set-up is slow).\n"
             )
-        if sent == signal.SIGTERM and not kill_at:
-            kill_at.append(time.monotonic() + GRACE_S)
-            notes.append(
-                f"[launch] {signal.Signals(signum).name}: stopping the workers (SIGTERM; "
-                f"SIGKILL in {GRACE_S:g} s)\n"
-            )
-
-    previous = {}
-    if threading.current_thread() is threading.main_thread():
-        stops = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
-        previous = {s: signal.signal(s, forward) for s in stops}
-    try:
-        while True:
-            while notes:
-                relay.write(notes.pop(0))
-            if kill_at and time.monotonic() > kill_at[0]:
-                for process in processes:
-                    if process.poll() is None:
-                        _signal_group(process, signal.SIGKILL)
-            statuses = [p.poll() for p in processes]
-            failed = [(i, s) for i, s in enumerate(statuses) if s not in (None, 0)]
-            if failed:
-                index, status = failed[0]
-                relay.write(f"[launch] worker {index} exited with status {status}; stopping all\n")
-                restartable = not received and status not in USAGE_STATUSES
-                _terminate(processes, RESTART_GRACE_S if restartable else GRACE_S)
-                if status < 0:
-                    what = f"worker {index} died (signal {-status})"
-                else:
-                    what = f"worker {index} failed (exit status {status})"
-                code = status if status > 0 else 128 - status
-                return _Result(code, what, restartable, worker=index)
-            if all(s == 0 for s in statuses):
-                return _Result(0)
-            if grow is not None and not received and grow.due():
-                return _stop_to_grow(relay, processes, grow)
-            if deadline is not None and time.monotonic() > deadline:
-                relay.write(f"[launch] timed out after {timeout_s:g} s; stopping all workers\n")
-                _terminate(processes)
-                return _Result(TIMEOUT_STATUS)
-            missing = startup.missing(processes) if startup is not None else []
-            if missing:
-                names = ", ".join(f"worker {i} (127.0.0.1:{startup.ports[i]})" for i in missing)
-                ready = ", ".join(str(i) for i in sorted(startup.started))
-                relay.write(
-                    f"[launch] {names} did not start its TensorFlow server within "
-                    f"{startup.timeout_s:g} s of worker(s) {ready}, which wait for it; "
-                    "stopping all workers. Check that every worker reaches "
-                    "tfaccel.devices.strategy(...) (raise --startup-timeout if its "
-                    "set-up is slow).\n"
-                )
-                _terminate(processes)
-                return _Result(TIMEOUT_STATUS)
-            time.sleep(0.1)
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
+            _terminate(processes)
+            return _Result(TIMEOUT_STATUS)
+        time.sleep(0.1)
