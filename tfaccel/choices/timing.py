@@ -210,8 +210,9 @@ def time_steps(
     a jitted candidate remains, each candidate's loss on the cached batch is read
     (inference mode).
 
-    Returns `time_policies`' dict keyed by candidate, with `"losses"` and `"dropped"`
-    ({candidate: why it was not timed}; a policy whose step fails reads 0 examples/s).
+    Returns `time_policies`' dict keyed by candidate, with `"losses"`, `"dropped"`
+    ({candidate: why it was not timed}; a policy whose step fails reads 0 examples/s) and
+    `"slow"` ({candidate: why it was read at its warm-up only, `SLOWER`}).
 
     Raises:
         ValueError: the model cannot be built or copied (the message says what to pass).
@@ -226,7 +227,6 @@ def time_steps(
         loops = {c: GradientLoops(copies[c[0]], loss, strategy, c[1]) for c in candidates}
         first, dropped = passes.warm_up(loops, cached, admit, strategy)
         slow = _too_slow(first, candidates[0], strategy)
-        dropped.update(slow)
         live = [c for c in candidates if c in first and c not in slow]
         budget = rounds_budget(first[live[0]][1], epoch_steps)
         per_call = budget / (MAX_ROUNDS * len(live))
@@ -257,6 +257,7 @@ def time_steps(
         "readings": rounds,
         "losses": losses,
         "dropped": dropped,
+        "slow": slow,
         "steps": steps,
         "rounds": timed_rounds,
         "seconds": time.perf_counter() - began,

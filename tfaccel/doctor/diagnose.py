@@ -336,7 +336,7 @@ def _measure_precision(job: _Job, feed: Feed, measured: rules.Measured) -> list[
     measured.precision_rates = timed["rates"]
     notes = [
         f"Precision: {c[0]} not timed further ({why})"
-        for c, why in timed.get("dropped", {}).items()
+        for c, why in {**timed.get("dropped", {}), **timed.get("slow", {})}.items()
         if not c[1]
     ]
     if measured.matmul_peak is not None:
