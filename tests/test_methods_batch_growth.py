@@ -184,3 +184,55 @@ def test_a_final_batch_below_the_start_is_refused_before_step_one():
             optimizer=optimizer,
         )
     assert not optimizer.built
+
+
+def normalized(seed=0):
+    keras.utils.set_random_seed(seed)
+    return keras.Sequential(
+        [
+            keras.Input((5,)),
+            keras.layers.Dense(4),
+            keras.layers.BatchNormalization(momentum=0.9, name="norm"),
+            keras.layers.Dense(3),
+        ]
+    )
+
+
+def test_batch_norm_momentum_follows_the_growth_in_fit_and_comes_back_at_the_end():
+    net = normalized()
+    method = methods.ProgressiveBatch(final=16, stages=3, until=0.5)  # growth 4
+    plain = tf.data.Dataset.from_tensor_slices((X, Y)).batch(4)  # unshuffled: X[:4] first
+    plan = methods.for_fit([method], net, plain, epochs=3, loss=LOSS, optimizer="sgd")
+    assert any("BatchNorm momentum 0.9 -> 0.656" in text for _, text in plan.table())
+    net.compile(plan.optimizer, plan.loss)
+    norm = net.get_layer("norm")
+    seen = []
+
+    class Moving(keras.callbacks.Callback):
+        """One step by hand: the moving mean moves by 1 - 0.9 ** 4 towards the batch's."""
+
+        def on_train_batch_begin(self, batch, logs=None):
+            self.before = norm.moving_mean.numpy().copy()
+            seen.append(norm.momentum)
+
+        def on_train_batch_end(self, batch, logs=None):
+            if len(seen) == 1:
+                self.first = (self.before, norm.moving_mean.numpy().copy())
+
+    moving = Moving()
+    callbacks = [*plan.callbacks, moving]
+    weights = [w.numpy() for w in net.layers[0].weights]  # before the step: its input
+    net.fit(plan.dataset, epochs=3, callbacks=callbacks, verbose=0)
+    assert set(seen) == {0.9**4}
+    before, after = moving.first
+    batch_mean = (X[:4] @ weights[0] + weights[1]).mean(axis=0)
+    expected = before * 0.9**4 + batch_mean * (1 - 0.9**4)
+    np.testing.assert_allclose(after, expected, rtol=1e-4, atol=1e-5)
+    assert norm.momentum == 0.9 and norm.get_config()["momentum"] == 0.9
+
+
+def test_a_model_without_batch_norm_gets_no_momentum_change():
+    method = methods.ProgressiveBatch(final=16)
+    plan = methods.for_fit([method], model(), data(), epochs=3, loss=LOSS)
+    assert method.statistics is None
+    assert not any("BatchNorm" in text for _, text in plan.table())

@@ -32,9 +32,9 @@ def grown():
     return [methods.ProgressiveBatch(final=32, stages=3, until=0.5), methods.OneCycle(peak=0.05)]
 
 
-def trainer(strategy=None, **kwargs):
+def trainer(strategy=None, model=build, **kwargs):
     return tfaccel.Trainer(
-        build,
+        model,
         optimizer=keras.optimizers.SGD(0.1),
         loss=LOSS,
         strategy=strategy or tf.distribute.get_strategy(),
@@ -112,6 +112,44 @@ def test_the_trainer_trains_what_model_fit_trains_through_for_fit(tmp_path):
     assert history.history["batch_size"] == expected.history["batch_size"] == [8, 16, 32, 32]
     for run in ("fit", "trainer"):
         assert scalars(tmp_path / run / "train", "epoch_batch_size") == [8, 16, 32, 32]
+
+
+def normalized():
+    keras.utils.set_random_seed(1)
+    return keras.Sequential(
+        [
+            keras.Input((6,)),
+            keras.layers.Dense(8),
+            keras.layers.BatchNormalization(momentum=0.9, name="norm"),
+            keras.layers.Dense(3, activation="softmax"),
+        ]
+    )
+
+
+def test_batch_norm_statistics_follow_the_growth_as_in_model_fit():
+    """Momentum 0.9 ** 4 while the batch grows 4x, in both paths: the same moving
+    statistics as model.fit through for_fit; the user's 0.9 back after the fit."""
+    reference = normalized()
+    plan = methods.for_fit(
+        grown(), reference, dataset(), epochs=4, loss=LOSS, optimizer=keras.optimizers.SGD(0.1)
+    )
+    reference.compile(plan.optimizer, plan.loss)
+    reference.fit(plan.dataset, epochs=4, callbacks=plan.callbacks, verbose=0)
+    ours = trainer(model=normalized)
+    momenta = []
+
+    class Momentum(keras.callbacks.Callback):
+        def on_epoch_end(self, epoch, logs=None):
+            momenta.append(ours.model.get_layer("norm").momentum)
+
+    ours.fit(dataset(), epochs=4, callbacks=[Momentum()], verbose=0)
+    assert momenta == [0.9**4] * 4
+    moving = [reference.get_layer("norm").moving_mean, ours.model.get_layer("norm").moving_mean]
+    np.testing.assert_allclose(*[m.numpy() for m in moving], rtol=1e-5, atol=1e-6)
+    assert max_diff(reference.get_weights(), ours.model.get_weights()) < 1e-5
+    assert ours.model.get_layer("norm").momentum == reference.get_layer("norm").momentum == 0.9
+    row = ours.settings["method: progressive batch"]
+    assert "BatchNorm momentum 0.9 -> 0.656 on 1 layers" in row
 
 
 def scalars(folder, tag):

@@ -128,6 +128,64 @@ class SetBatchGrowth(keras.callbacks.Callback):
             logs.setdefault("batch_size", self.factor_at(epoch) * self.batch)
 
 
+def batch_norm_layers(model: keras.Model) -> list[keras.layers.BatchNormalization]:
+    """The model's `BatchNormalization` layers, nested models included."""
+    return [
+        layer
+        for layer in model._flatten_layers(include_self=False)
+        if isinstance(layer, keras.layers.BatchNormalization)
+    ]
+
+
+class BatchNormFollowsBatch(keras.callbacks.Callback):
+    """Each `BatchNormalization` layer's momentum `m` as `m ** growth` while the batch grows.
+
+    A batch `growth` times larger makes `growth` times fewer steps an epoch, and each
+    step's statistics average `growth` times more examples: at `m ** growth` the moving
+    mean and variance forget at the same rate per example in the last stage as the
+    user's momentum did at the start batch (at `m` they would lag the weights by `growth`
+    times as many epochs, and validation reads stale statistics). Earlier stages follow
+    the weights sooner, when they move fastest. Set when the method applies, before any
+    step is traced, and again at each `fit`'s start; the user's momentum comes back at
+    each `fit`'s end (`model.fit`'s training function traced anew; the Trainer gives
+    `retrace`), so a saved model keeps the user's config.
+    """
+
+    def __init__(self, layers: list[keras.layers.BatchNormalization], growth: int):
+        super().__init__()
+        self.layers, self.growth = layers, int(growth)
+        self.momenta = {layer.name: float(layer.momentum) for layer in layers}
+        self.retrace: Any = None
+
+    def _all(self) -> list[keras.layers.BatchNormalization]:
+        """The layers given and those of the model trained (the Trainer may train a copy)."""
+        model = getattr(self, "_model", None)
+        found = batch_norm_layers(model) if isinstance(model, keras.Model) else []
+        return [*self.layers, *[layer for layer in found if layer not in self.layers]]
+
+    def follow(self) -> None:
+        """Sets `m ** growth` on every layer (its `m` the user's, by name)."""
+        for layer in self._all():
+            layer.momentum = self.momenta.get(layer.name, layer.momentum) ** self.growth
+
+    def describe(self) -> str:
+        """The settings table's words: the momenta before and while the batch grows."""
+        pairs = sorted({(m, m**self.growth) for m in self.momenta.values()})
+        said = ", ".join(f"{m:g} -> {grown:.3g}" for m, grown in pairs)
+        return f"BatchNorm momentum {said} on {len(self.layers)} layers (^{self.growth})"
+
+    def on_train_begin(self, logs: dict | None = None) -> None:
+        self.follow()
+
+    def on_train_end(self, logs: dict | None = None) -> None:
+        for layer in self._all():
+            layer.momentum = self.momenta.get(layer.name, layer.momentum)
+        if self.retrace is not None:
+            self.retrace()
+        elif hasattr(self.model, "make_train_function"):
+            self.model.make_train_function(force=True)
+
+
 class ProgressiveBatch(Method):
     """Grows the batch in `stages` doublings from the job's batch to `final`.
 
@@ -159,7 +217,8 @@ class ProgressiveBatch(Method):
             "job's, or the gradient noise scale `tuning.gradient_noise_scale` reads, rounded "
             "to a power of two), the stages before the last sharing the first `until` of the "
             "epochs; each epoch's batches regrouped (the same examples, the same order), the "
-            "rate by the square-root rule, schedules sized to the fewer steps"
+            "rate by the square-root rule, schedules sized to the fewer steps, BatchNorm "
+            "momentum m as m ** growth during the fit"
         ),
         helps=(
             "with one-cycle sized to its fewer steps, on jobs of 200 steps an epoch or more "
@@ -243,6 +302,7 @@ class ProgressiveBatch(Method):
         self.ramp_epochs = None if ramp_epochs is None else float(ramp_epochs)
         self.factors: tuple[int, ...] = ()
         self.callback: SetBatchGrowth | None = None
+        self.statistics: BatchNormFollowsBatch | None = None
 
     @property
     def changes(self) -> str:
@@ -251,9 +311,10 @@ class ProgressiveBatch(Method):
         over = f"{self.until:.0%} of the epochs"
         if self.ramp_epochs is not None:
             over = f"{self.ramp_epochs:g} epochs, whatever the epochs declared"
+        said = f"; {self.statistics.describe()}" if self.statistics is not None else ""
         return (
             f"the batch: regrouped {grown} in {self.stages} stages over the first "
-            f"{over} ({self._source()})"
+            f"{over} ({self._source()}){said}"
         )
 
     def _noise(self) -> float | None:
@@ -324,6 +385,11 @@ class ProgressiveBatch(Method):
         self.callback = SetBatchGrowth(variable, self.factors, epochs, until)
         self.callback.batch = cast(int, job.batch_size)
         plan.callbacks.append(self.callback)
+        normalized = batch_norm_layers(job.model)
+        if normalized and self.factors[-1] > 1:
+            self.statistics = BatchNormFollowsBatch(normalized, self.factors[-1])
+            self.statistics.follow()
+            plan.callbacks.append(self.statistics)
         plan.job = dataclasses.replace(job, epoch_steps=self.epoch_steps(job, self.callback))
         size = tf.constant(job.batch_size, tf.int64)
 

@@ -36,7 +36,7 @@ from tfaccel import methods as methods_lib
 from tfaccel.data.assembly.feed import Feed
 from tfaccel.methods.adaptive import auto
 from tfaccel.methods.base import MethodPlan
-from tfaccel.methods.batch_growth import ProgressiveBatch
+from tfaccel.methods.batch_growth import BatchNormFollowsBatch, ProgressiveBatch
 from tfaccel.methods.batch_maps import transform
 from tfaccel.methods.composition import MethodsArg
 from tfaccel.methods.fitting import categorical_metric
@@ -218,7 +218,7 @@ class Methods:
         if self.argument is None or made is None:
             return train, callbacks
         for callback in made.callbacks:
-            if isinstance(callback, FreezeEarlyLayers):
+            if isinstance(callback, (FreezeEarlyLayers, BatchNormFollowsBatch)):
                 callback.retrace = retrace
         source = train
         if made.maps:
