@@ -13,6 +13,7 @@ job's kind for "fast" is read from the model (`kind_of`).
 | `MixUp(alpha)`, `CutMix(alpha)` | the inputs and labels: batches mixed pairwise |
 | `EMA(decay)` | the weights used for evaluation and saving (Keras' `use_ema`) |
 | `OneCycle()`, `WarmupCosine()` | the learning rate, sized to the job's steps and batch |
+| `Plateau(scale)` | the learning rate: a warm-up, then halved when the loss stalls (no end date) |
 | `LayerFreezing(start, fraction)` | which weights train: early layers freeze late |
 | `StochasticDepth(rate)` | the forward pass in training of `tfaccel.blocks` residual blocks |
 | `ProgressiveResizing(start, stages)` | the inputs: smaller images early |
@@ -32,6 +33,7 @@ Example:
     ...           validation_data=plan.validation_data)           # doctest: +SKIP
 """
 
+from tfaccel.methods.adaptive.plateau import Plateau
 from tfaccel.methods.averaging import EMA, SwapAverages
 from tfaccel.methods.base import Card, Job, Method, MethodPlan, Plan
 from tfaccel.methods.batch_growth import ProgressiveBatch
@@ -67,6 +69,7 @@ __all__ = [
     "MixUp",
     "OneCycle",
     "Plan",
+    "Plateau",
     "ProgressiveBatch",
     "ProgressiveResizing",
     "StochasticDepth",

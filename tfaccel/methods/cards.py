@@ -19,6 +19,7 @@ import pathlib
 import sys
 import textwrap
 
+from tfaccel.methods.adaptive.plateau import Plateau
 from tfaccel.methods.averaging import EMA
 from tfaccel.methods.base import Card, Method
 from tfaccel.methods.batch_growth import ProgressiveBatch
@@ -37,6 +38,7 @@ METHODS: tuple[type[Method], ...] = (
     EMA,
     OneCycle,
     WarmupCosine,
+    Plateau,
     ProgressiveBatch,
     LayerFreezing,
     StochasticDepth,
