@@ -177,6 +177,21 @@ def wide_gru():
     )
 
 
+def row_transformer():
+    """A small transformer encoder over the 32 rows (96 values each): a projection with
+    learned positions, one block (2 heads, key size 16, a 64-unit feed-forward),
+    average pooling. The attention choice job's model; not the held-out text one's."""
+    inputs = keras.Input((32, 96))
+    x = keras.layers.Dense(32)(inputs)
+    x = x + keras.layers.Embedding(32, 32)(keras.ops.arange(32))
+    attended = keras.layers.MultiHeadAttention(num_heads=2, key_dim=16)(x, x)
+    x = keras.layers.LayerNormalization(epsilon=1e-6)(x + attended)
+    fed = keras.layers.Dense(32)(keras.layers.Dense(64, activation="relu")(x))
+    x = keras.layers.LayerNormalization(epsilon=1e-6)(x + fed)
+    x = keras.layers.GlobalAveragePooling1D()(x)
+    return keras.Model(inputs, keras.layers.Dense(10, activation="softmax")(x))
+
+
 def small_cnn():
     import batch_size_jobs
 
@@ -237,6 +252,22 @@ JOBS = {
         epochs=10,
         contenders=("freed_input", "fast", "trainer_fast", "expert"),
     ),
+    # The attention choice job (added 2026-12-07): "fast" read attention models as
+    # sequences and ran the stack chosen on GRUs; these contenders screen the attention
+    # stack ("attention_*"), the held-out Transformer never read.
+    "cifar_shaped_attention": dict(
+        kind="sequence",
+        data=cifar_shaped_rows,
+        build=row_transformer,
+        epochs=10,
+        contenders=(
+            "fast",
+            "attention_peak_1x",
+            "attention_plateau_1x",
+            "attention_grown",
+            "trainer_fast",
+        ),
+    ),
     "generated_table_mlp": dict(
         kind="tabular",
         data=generated_table,
@@ -257,6 +288,13 @@ CONTENDERS = {
     "stochastic_depth": lambda: [methods.StochasticDepth(0.1)],
     "progressive_resizing": lambda: [methods.ProgressiveResizing(0.5, 2, 0.5)],
     "progressive_batch": lambda: [methods.ProgressiveBatch()],
+    "attention_peak_1x": lambda: [
+        methods.ProgressiveBatch(growth=4, stages=3, ramp_epochs=2),
+        methods.Plateau(scale=1.0),
+        methods.LabelSmoothing(0.1),
+    ],
+    "attention_plateau_1x": lambda: [methods.Plateau(scale=1.0), methods.LabelSmoothing(0.1)],
+    "attention_grown": lambda: [methods.ProgressiveBatch(growth=4, stages=3, ramp_epochs=2)],
     "freed_input": lambda: [],  # for_fit with no method: only its datasets' freed iterators
     "fast": lambda: "fast",
     "trainer_fast": lambda: "fast",
@@ -277,6 +315,7 @@ EXPERT_BATCH = {
     "cifar_shaped_resnet": 128,
     "cifar_shaped_sequence": 128,
     "generated_table_mlp": 200,
+    "cifar_shaped_attention": 128,
 }
 # Contenders trained by `tfaccel.Trainer` instead of `model.fit` (the same data, optimizer
 # and methods): what a user of `Trainer(..., methods="fast")` gets, its faster steps included.
