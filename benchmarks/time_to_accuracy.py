@@ -27,7 +27,10 @@ stem="cifar", width=8)` on 5,000 of those images (2,000 held out; baseline, free
 same images read as 32 rows of 96 values by a GRU (baseline, freed_input, "fast" both ways,
 expert); and a table of tens of seconds: `generated_table_mlp`, 40,000 rows of
 scikit-learn's `make_classification` (20 features, 4 classes of 3 clusters each, 2 % of the
-labels flipped; generated offline, the labels by construction) for an MLP (64, 64).
+labels flipped; generated offline, the labels by construction) for an MLP (64, 64). The
+attention job: `cifar_shaped_attention`, the same rows read by a small transformer encoder
+(`row_transformer`), which screened the stack "fast" gives attention models
+(`--out results/attention_stacks.json`).
 
 Each job is split once (stratified, 30 % held out). The baseline is the script a user
 writes: `model.compile(Adam())`, batch 32, a fixed number of epochs, validation each

@@ -311,6 +311,16 @@ def test_fast_on_a_1d_convnet_says_no_stack_was_measured_on_it():
     assert "sequence jobs" in given.chosen and "1-D" not in given.chosen
 
 
+def test_fast_on_an_attention_model_names_the_choice_job_it_was_measured_on():
+    inputs = keras.Input((20, 1))
+    pooled = keras.layers.GlobalAveragePooling1D()(
+        keras.layers.MultiHeadAttention(2, 4)(inputs, inputs)
+    )
+    attended = fast_plan(keras.Model(inputs, keras.layers.Dense(2)(pooled)))
+    assert "sequence jobs" in attended.chosen
+    assert "cifar_shaped_attention" in attended.chosen and "no stack" not in attended.chosen
+
+
 def test_a_sparse_metric_with_ignore_class_is_refused_not_dropped():
     given = keras.metrics.SparseCategoricalCrossentropy(ignore_class=0, name="ce")
     with pytest.raises(ValueError, match=r"'ce' cannot keep ignore_class=0.*sample weight of 0"):

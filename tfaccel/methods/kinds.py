@@ -4,7 +4,8 @@
 layers (recursively, through nested models and layers that hold layers): recurrences and
 attention make a "sequence" job, convolutions an "image" job; a model of none of them (or
 no model) falls back on the features' rank. `read_kind` also says, for the settings table,
-when the model is of a kind no stack was measured on (a 1-D convnet, an attention model).
+when the model is of a kind no stack was measured on (a 1-D convnet), or which choice job
+measured the stack on it (an attention model).
 
 Example:
     >>> kind_of(model.inputs[0], model)      # doctest: +SKIP
@@ -51,8 +52,9 @@ _CAVEATS = {
         "stack on GRUs)"
     ),
     "attention": (
-        "read from the model: attention, so the sequence stack; no stack was measured on "
-        "attention models (the sequence stack on GRUs)"
+        "read from the model: attention, so the sequence stack (chosen on GRUs, and measured "
+        "best on an attention encoder too: the choice job cifar_shaped_attention, "
+        "benchmarks/results/attention_stacks.json)"
     ),
 }
 
