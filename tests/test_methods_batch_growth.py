@@ -198,7 +198,7 @@ def normalized(seed=0):
     )
 
 
-def test_batch_norm_momentum_follows_the_growth_in_fit_and_comes_back_at_the_end():
+def test_batch_norm_momentum_follows_the_growth_in_fit_and_comes_back_at_the_end(tmp_path):
     net = normalized()
     method = methods.ProgressiveBatch(final=16, stages=3, until=0.5)  # growth 4
     plain = tf.data.Dataset.from_tensor_slices((X, Y)).batch(4)  # unshuffled: X[:4] first
@@ -209,26 +209,34 @@ def test_batch_norm_momentum_follows_the_growth_in_fit_and_comes_back_at_the_end
     seen = []
 
     class Moving(keras.callbacks.Callback):
-        """One step by hand: the moving mean moves by 1 - 0.9 ** 4 towards the batch's."""
+        """Each epoch's first step by hand: the moving mean moves by 1 - 0.9 ** 4 towards
+        the mean of the batch (the first 4, 8, 16 rows of X, the epoch's stage batch)."""
+
+        def __init__(self):
+            super().__init__()
+            self.firsts = []
 
         def on_train_batch_begin(self, batch, logs=None):
-            self.before = norm.moving_mean.numpy().copy()
             seen.append(norm.momentum)
+            if batch == 0:
+                dense = [w.numpy() for w in net.layers[0].weights]
+                self.firsts.append([dense, norm.moving_mean.numpy().copy()])
 
         def on_train_batch_end(self, batch, logs=None):
-            if len(seen) == 1:
-                self.first = (self.before, norm.moving_mean.numpy().copy())
+            if batch == 0:
+                self.firsts[-1].append(norm.moving_mean.numpy().copy())
 
     moving = Moving()
-    callbacks = [*plan.callbacks, moving]
-    weights = [w.numpy() for w in net.layers[0].weights]  # before the step: its input
-    net.fit(plan.dataset, epochs=3, callbacks=callbacks, verbose=0)
+    path = str(tmp_path / "best.keras")  # saved at each epoch's end, after the method's
+    saved = keras.callbacks.ModelCheckpoint(path)
+    net.fit(plan.dataset, epochs=3, callbacks=[*plan.callbacks, moving, saved], verbose=0)
     assert set(seen) == {0.9**4}
-    before, after = moving.first
-    batch_mean = (X[:4] @ weights[0] + weights[1]).mean(axis=0)
-    expected = before * 0.9**4 + batch_mean * (1 - 0.9**4)
-    np.testing.assert_allclose(after, expected, rtol=1e-4, atol=1e-5)
+    for rows, (dense, before, after) in zip((4, 8, 16), moving.firsts, strict=True):
+        batch_mean = (X[:rows] @ dense[0] + dense[1]).mean(axis=0)
+        expected = before * 0.9**4 + batch_mean * (1 - 0.9**4)
+        np.testing.assert_allclose(after, expected, rtol=1e-4, atol=1e-5)
     assert norm.momentum == 0.9 and norm.get_config()["momentum"] == 0.9
+    assert keras.models.load_model(path).get_layer("norm").momentum == 0.9
 
 
 def test_a_model_without_batch_norm_gets_no_momentum_change():

@@ -146,9 +146,10 @@ class BatchNormFollowsBatch(keras.callbacks.Callback):
     user's momentum did at the start batch (at `m` they would lag the weights by `growth`
     times as many epochs, and validation reads stale statistics). Earlier stages follow
     the weights sooner, when they move fastest. Set when the method applies, before any
-    step is traced, and again at each `fit`'s start; the user's momentum comes back at
-    each `fit`'s end (`model.fit`'s training function traced anew; the Trainer gives
-    `retrace`), so a saved model keeps the user's config.
+    step is traced, and again at each epoch's start; the user's momentum is back at each
+    epoch's end (the traced step keeps `m ** growth`), so a `ModelCheckpoint` after this
+    callback saves the user's config, and at the `fit`'s end, where `model.fit`'s training
+    function is made anew (the Trainer gives `retrace`) for a later `fit`.
     """
 
     def __init__(self, layers: list[keras.layers.BatchNormalization], growth: int):
@@ -174,12 +175,22 @@ class BatchNormFollowsBatch(keras.callbacks.Callback):
         said = ", ".join(f"{m:g} -> {grown:.3g}" for m, grown in pairs)
         return f"BatchNorm momentum {said} on {len(self.layers)} layers (^{self.growth})"
 
+    def restore(self) -> None:
+        """Sets the user's momentum back on every layer (the traced step keeps its own)."""
+        for layer in self._all():
+            layer.momentum = self.momenta.get(layer.name, layer.momentum)
+
     def on_train_begin(self, logs: dict | None = None) -> None:
         self.follow()
 
+    def on_epoch_begin(self, epoch: int, logs: dict | None = None) -> None:
+        self.follow()  # for a step traced again this epoch (freezing)
+
+    def on_epoch_end(self, epoch: int, logs: dict | None = None) -> None:
+        self.restore()  # a `ModelCheckpoint` after it saves the user's config
+
     def on_train_end(self, logs: dict | None = None) -> None:
-        for layer in self._all():
-            layer.momentum = self.momenta.get(layer.name, layer.momentum)
+        self.restore()
         if self.retrace is not None:
             self.retrace()
         elif hasattr(self.model, "make_train_function"):
