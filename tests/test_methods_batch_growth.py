@@ -244,3 +244,23 @@ def test_a_model_without_batch_norm_gets_no_momentum_change():
     plan = methods.for_fit([method], model(), data(), epochs=3, loss=LOSS)
     assert method.statistics is None
     assert not any("BatchNorm" in text for _, text in plan.table())
+
+
+def test_batch_norm_copies_follow_by_name_and_other_layers_are_left_alone():
+    """The Trainer may train a copy of the model: its layers of the same names follow
+    from the user's momentum (never compounded epoch after epoch); others are untouched."""
+    given = normalized()
+    statistics = methods.batch_growth.BatchNormFollowsBatch(
+        methods.batch_growth.batch_norm_layers(given), growth=4
+    )
+    statistics.follow()
+    copy = keras.Sequential.from_config(given.get_config())  # built at 0.9 ** 4
+    other = keras.layers.BatchNormalization(momentum=0.5, name="other")
+    copy.add(other)
+    statistics.set_model(copy)
+    for epoch in range(3):
+        statistics.on_epoch_begin(epoch)
+        assert copy.get_layer("norm").momentum == given.get_layer("norm").momentum == 0.9**4
+        statistics.on_epoch_end(epoch)
+        assert copy.get_layer("norm").momentum == given.get_layer("norm").momentum == 0.9
+    assert other.momentum == 0.5

@@ -155,19 +155,25 @@ class BatchNormFollowsBatch(keras.callbacks.Callback):
     def __init__(self, layers: list[keras.layers.BatchNormalization], growth: int):
         super().__init__()
         self.layers, self.growth = layers, int(growth)
-        self.momenta = {layer.name: float(layer.momentum) for layer in layers}
+        self.momenta = {id(layer): float(layer.momentum) for layer in layers}
+        self.named = {layer.name: float(layer.momentum) for layer in layers}  # for copies
         self.retrace: Any = None
 
-    def _all(self) -> list[keras.layers.BatchNormalization]:
-        """The layers given and those of the model trained (the Trainer may train a copy)."""
+    def _known(self) -> list[tuple[keras.layers.BatchNormalization, float]]:
+        """(layer, the user's momentum) for the layers given and, where the Trainer trains
+        a copy of the model, the copy's layers of the same names (others left alone)."""
         model = getattr(self, "_model", None)
-        found = batch_norm_layers(model) if isinstance(model, keras.Model) else []
-        return [*self.layers, *[layer for layer in found if layer not in self.layers]]
+        copies = batch_norm_layers(model) if isinstance(model, keras.Model) else []
+        found = [(layer, self.momenta[id(layer)]) for layer in self.layers]
+        for layer in copies:
+            if id(layer) not in self.momenta and layer.name in self.named:
+                found.append((layer, self.named[layer.name]))
+        return found
 
     def follow(self) -> None:
-        """Sets `m ** growth` on every layer (its `m` the user's, by name)."""
-        for layer in self._all():
-            layer.momentum = self.momenta.get(layer.name, layer.momentum) ** self.growth
+        """Sets `m ** growth` on every layer (its `m` the user's)."""
+        for layer, momentum in self._known():
+            layer.momentum = momentum**self.growth
 
     def describe(self) -> str:
         """The settings table's words: the momenta before and while the batch grows."""
@@ -177,8 +183,8 @@ class BatchNormFollowsBatch(keras.callbacks.Callback):
 
     def restore(self) -> None:
         """Sets the user's momentum back on every layer (the traced step keeps its own)."""
-        for layer in self._all():
-            layer.momentum = self.momenta.get(layer.name, layer.momentum)
+        for layer, momentum in self._known():
+            layer.momentum = momentum
 
     def on_train_begin(self, logs: dict | None = None) -> None:
         self.follow()
