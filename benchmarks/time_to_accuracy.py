@@ -268,6 +268,7 @@ JOBS = {
             "attention_peak_1x",
             "attention_plateau_1x",
             "attention_grown",
+            "attention_short_warmup",
             "trainer_fast",
         ),
     ),
@@ -298,6 +299,11 @@ CONTENDERS = {
     ],
     "attention_plateau_1x": lambda: [methods.Plateau(scale=1.0), methods.LabelSmoothing(0.1)],
     "attention_grown": lambda: [methods.ProgressiveBatch(growth=4, stages=3, ramp_epochs=2)],
+    "attention_short_warmup": lambda: [
+        methods.ProgressiveBatch(growth=4, stages=3, ramp_epochs=2),
+        methods.Plateau(scale=3.0, warmup=0.25),
+        methods.LabelSmoothing(0.1),
+    ],
     "freed_input": lambda: [],  # for_fit with no method: only its datasets' freed iterators
     "fast": lambda: "fast",
     "trainer_fast": lambda: "fast",

@@ -311,6 +311,28 @@ def test_fast_on_a_1d_convnet_says_no_stack_was_measured_on_it():
     assert "sequence jobs" in given.chosen and "1-D" not in given.chosen
 
 
+def test_fast_warms_a_long_attention_job_up_over_a_quarter_of_its_first_epoch():
+    """From 200 steps an epoch: the sequence stack, its warm-up over 25 % of the first
+    epoch for an attention model (all of it for a GRU), and the row says so."""
+    x = np.zeros((6_400, 20, 1), "float32")  # 200 steps of 32
+    inputs = keras.Input((20, 1))
+    pooled = keras.layers.GlobalAveragePooling1D()(
+        keras.layers.MultiHeadAttention(2, 4)(inputs, inputs)
+    )
+    warmups = {}
+    for name, model in (("attention", keras.Model(inputs, keras.layers.Dense(2)(pooled))),
+                        ("gru", gru_model())):  # fmt: skip
+        plan = methods.for_fit(
+            "fast", model, x, np.arange(6_400) % 2, batch_size=32, epochs=2,
+            loss="sparse_categorical_crossentropy",
+        )  # fmt: skip
+        (plateau,) = [m for m in plan.methods if isinstance(m, methods.Plateau)]
+        warmups[name] = (plateau.warmup, plan.chosen)
+    assert warmups["attention"][0] == methods.composition.ATTENTION_WARMUP == 0.25
+    assert "attention: the warm-up over 25% of the first epoch" in warmups["attention"][1]
+    assert warmups["gru"][0] == 1.0 and "attention" not in warmups["gru"][1]
+
+
 def test_fast_on_an_attention_model_names_the_choice_job_it_was_measured_on():
     inputs = keras.Input((20, 1))
     pooled = keras.layers.GlobalAveragePooling1D()(

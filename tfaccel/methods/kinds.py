@@ -94,6 +94,12 @@ def _from_model(model: Any) -> tuple[str | None, str | None]:
     return None, None
 
 
+def attention_model(model: Any) -> bool:
+    """Whether the model's kind was read from attention (no recurrence in it): "fast"
+    warms such a long sequence job up over a quarter of its first epoch."""
+    return _from_model(model)[1] == "attention"
+
+
 def _from_rank(element_spec: Any) -> str:
     spec = element_spec[0] if isinstance(element_spec, tuple) else element_spec
     rank = getattr(getattr(spec, "shape", None), "rank", None)
