@@ -239,6 +239,20 @@ def test_batch_norm_momentum_follows_the_growth_in_fit_and_comes_back_at_the_end
     assert keras.models.load_model(path).get_layer("norm").momentum == 0.9
 
 
+def test_a_second_plan_before_the_first_fit_reads_the_users_momentum():
+    """Planning sets m ** growth at once (for the Trainer's trace); a plan made again
+    before any fit (the table inspected first) is not compounded."""
+    net = normalized()
+    for _ in range(2):
+        method = methods.ProgressiveBatch(final=16, stages=3, until=0.5)
+        plan = methods.for_fit([method], net, data(), epochs=3, loss=LOSS)
+        assert net.get_layer("norm").momentum == 0.9**4
+        assert any("BatchNorm momentum 0.9 -> 0.656 on 1 layer (^4)" in t for _, t in plan.table())
+    net.compile(plan.optimizer, plan.loss)
+    net.fit(plan.dataset, epochs=1, callbacks=plan.callbacks, verbose=0)
+    assert net.get_layer("norm").momentum == 0.9
+
+
 def test_a_model_without_batch_norm_gets_no_momentum_change():
     method = methods.ProgressiveBatch(final=16)
     plan = methods.for_fit([method], model(), data(), epochs=3, loss=LOSS)

@@ -149,7 +149,7 @@ def test_batch_norm_statistics_follow_the_growth_as_in_model_fit():
     assert max_diff(reference.get_weights(), ours.model.get_weights()) < 1e-5
     assert ours.model.get_layer("norm").momentum == reference.get_layer("norm").momentum == 0.9
     row = ours.settings["method: progressive batch"]
-    assert "BatchNorm momentum 0.9 -> 0.656 on 1 layers" in row
+    assert "BatchNorm momentum 0.9 -> 0.656 on 1 layer (^4)" in row
 
 
 def scalars(folder, tag):

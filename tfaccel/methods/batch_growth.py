@@ -35,6 +35,8 @@ from __future__ import annotations
 import dataclasses
 import math
 import warnings
+import weakref
+from collections.abc import Callable
 from typing import Any, cast
 
 import keras
@@ -128,6 +130,11 @@ class SetBatchGrowth(keras.callbacks.Callback):
             logs.setdefault("batch_size", self.factor_at(epoch) * self.batch)
 
 
+# A layer whose momentum a plan changed -> the user's momentum (a later plan of the same
+# model, made before the first one's fit gave it back, reads the user's, not m ** growth).
+_USERS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
 def batch_norm_layers(model: keras.Model) -> list[keras.layers.BatchNormalization]:
     """The model's `BatchNormalization` layers, nested models included."""
     return [
@@ -155,9 +162,10 @@ class BatchNormFollowsBatch(keras.callbacks.Callback):
     def __init__(self, layers: list[keras.layers.BatchNormalization], growth: int):
         super().__init__()
         self.layers, self.growth = layers, int(growth)
-        self.momenta = {id(layer): float(layer.momentum) for layer in layers}
-        self.named = {layer.name: float(layer.momentum) for layer in layers}  # for copies
-        self.retrace: Any = None
+        users = [float(_USERS.get(layer, layer.momentum)) for layer in layers]
+        self.momenta = {id(layer): m for layer, m in zip(layers, users, strict=True)}
+        self.named = {layer.name: m for layer, m in zip(layers, users, strict=True)}  # copies
+        self.retrace: Callable[[], None] | None = None
 
     def _known(self) -> list[tuple[keras.layers.BatchNormalization, float]]:
         """(layer, the user's momentum) for the layers given and, where the Trainer trains
@@ -173,18 +181,21 @@ class BatchNormFollowsBatch(keras.callbacks.Callback):
     def follow(self) -> None:
         """Sets `m ** growth` on every layer (its `m` the user's)."""
         for layer, momentum in self._known():
+            _USERS[layer] = momentum
             layer.momentum = momentum**self.growth
 
     def describe(self) -> str:
         """The settings table's words: the momenta before and while the batch grows."""
         pairs = sorted({(m, m**self.growth) for m in self.momenta.values()})
         said = ", ".join(f"{m:g} -> {grown:.3g}" for m, grown in pairs)
-        return f"BatchNorm momentum {said} on {len(self.layers)} layers (^{self.growth})"
+        count = f"{len(self.layers)} layer{'s' if len(self.layers) != 1 else ''}"
+        return f"BatchNorm momentum {said} on {count} (^{self.growth})"
 
     def restore(self) -> None:
         """Sets the user's momentum back on every layer (the traced step keeps its own)."""
         for layer, momentum in self._known():
             layer.momentum = momentum
+            _USERS.pop(layer, None)
 
     def on_train_begin(self, logs: dict | None = None) -> None:
         self.follow()
