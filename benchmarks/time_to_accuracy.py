@@ -246,7 +246,7 @@ JOBS = {
         data=cifar_shaped_few,
         build=cifar_resnet,
         epochs=10,
-        contenders=("freed_input", "fast", "trainer_fast", "expert"),
+        contenders=("freed_input", "fast", "fast_bn_kept", "trainer_fast", "expert"),
     ),
     "cifar_shaped_sequence": dict(
         kind="sequence",
@@ -302,6 +302,11 @@ CONTENDERS = {
     "attention_short_warmup": lambda: [
         methods.ProgressiveBatch(growth=4, stages=3, ramp_epochs=2),
         methods.Plateau(scale=3.0, warmup=0.25),
+        methods.LabelSmoothing(0.1),
+    ],
+    "fast_bn_kept": lambda: [  # "fast"'s image stack, BatchNorm at the user's momentum
+        methods.ProgressiveBatch(growth=8, stages=4, ramp_epochs=4, batch_norm="keep"),
+        methods.Plateau(scale=10.0),
         methods.LabelSmoothing(0.1),
     ],
     "freed_input": lambda: [],  # for_fit with no method: only its datasets' freed iterators

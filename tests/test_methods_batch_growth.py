@@ -253,11 +253,16 @@ def test_a_second_plan_before_the_first_fit_reads_the_users_momentum():
     assert net.get_layer("norm").momentum == 0.9
 
 
-def test_a_model_without_batch_norm_gets_no_momentum_change():
+def test_a_model_without_batch_norm_or_with_keep_gets_no_momentum_change():
     method = methods.ProgressiveBatch(final=16)
     plan = methods.for_fit([method], model(), data(), epochs=3, loss=LOSS)
     assert method.statistics is None
     assert not any("BatchNorm" in text for _, text in plan.table())
+    net, kept = normalized(), methods.ProgressiveBatch(final=16, batch_norm="keep")
+    methods.for_fit([kept], net, data(), epochs=3, loss=LOSS)
+    assert kept.statistics is None and net.get_layer("norm").momentum == 0.9
+    with pytest.raises(ValueError, match="batch_norm must be 'follow' or 'keep'"):
+        methods.ProgressiveBatch(batch_norm="freeze")
 
 
 def test_batch_norm_copies_follow_by_name_and_other_layers_are_left_alone():

@@ -230,11 +230,14 @@ class ProgressiveBatch(Method):
             square-root rule; 1: SGD's linear rule; 0: unchanged).
         growth: the final batch over the job's when `final` is None: a power of two, 2 to
             `MAX_GROWTH` (default 4).
+        batch_norm: "follow": the model's `BatchNormalization` layers train at momentum
+            `m ** growth` (`BatchNormFollowsBatch`); "keep": at the user's `m`.
 
     Raises:
-        ValueError: bad `stages` / `until` / `final`; at `check`, a job without a static
-            batch, a final batch below the start, or a Trainer job that cannot regroup its
-            batches (`accumulate_steps`, a dataset function on several replicas).
+        ValueError: bad `stages` / `until` / `final` / `batch_norm`; at `check`, a job
+            without a static batch, a final batch below the start, or a Trainer job that
+            cannot regroup its batches (`accumulate_steps`, a dataset function on several
+            replicas).
     """
 
     name = "progressive batch"
@@ -296,7 +299,12 @@ class ProgressiveBatch(Method):
         rate_power: float = 0.5,
         growth: int = 4,
         ramp_epochs: float | None = None,
+        batch_norm: str = "follow",
     ):
+        if batch_norm not in ("follow", "keep"):
+            raise ValueError(
+                f"ProgressiveBatch batch_norm must be 'follow' or 'keep', got {batch_norm!r}."
+            )
         powers = [2**k for k in range(1, int(math.log2(MAX_GROWTH)) + 1)]
         if isinstance(growth, bool) or growth not in powers:
             raise ValueError(
@@ -328,6 +336,7 @@ class ProgressiveBatch(Method):
         self.final, self.stages, self.until = final, int(stages), float(until)
         self.rate_power, self.default_growth = float(rate_power), int(growth)
         self.ramp_epochs = None if ramp_epochs is None else float(ramp_epochs)
+        self.batch_norm = batch_norm
         self.factors: tuple[int, ...] = ()
         self.callback: SetBatchGrowth | None = None
         self.statistics: BatchNormFollowsBatch | None = None
@@ -414,7 +423,7 @@ class ProgressiveBatch(Method):
         self.callback.batch = cast(int, job.batch_size)
         plan.callbacks.append(self.callback)
         normalized = batch_norm_layers(job.model)
-        if normalized and self.factors[-1] > 1:
+        if normalized and self.factors[-1] > 1 and self.batch_norm == "follow":
             self.statistics = BatchNormFollowsBatch(normalized, self.factors[-1])
             self.statistics.follow()
             plan.callbacks.append(self.statistics)
