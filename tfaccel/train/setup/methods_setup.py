@@ -211,7 +211,9 @@ class Methods:
         schedule: Scheduled | None = None,
     ) -> tuple[Feed, list[keras.callbacks.Callback]]:
         """Every fit: the training feed with the plan's batch maps, and the callbacks with
-        the plan's (a freezing callback retraces the step loops with `retrace`); with the
+        the plan's (a freezing callback retraces the step loops with `retrace`; BatchNorm's
+        momentum callback comes first, so a user's `ModelCheckpoint` saves the user's
+        momentum at an epoch's end); with the
         progressive batch, `schedule.stages` (the loop regroups its stream, then maps it).
         Returns (feed, callbacks)."""
         made = self.plan
@@ -225,7 +227,9 @@ class Methods:
             train = train.mapped(lambda dataset: transform(dataset, made.maps, made.seed))
         if schedule is not None:
             schedule.stages = self.stages = _stages(made, source, schedule)
-        return train, [*callbacks, *made.callbacks]
+        first = [c for c in made.callbacks if isinstance(c, BatchNormFollowsBatch)]
+        rest = [c for c in made.callbacks if c not in first]
+        return train, [*first, *callbacks, *rest]
 
     def feed(self, data: Any, strategy: tf.distribute.Strategy, what: str) -> Feed:
         """`data` as a `Feed` (a Feed stays itself); validation and evaluation data get
