@@ -36,7 +36,6 @@ import dataclasses
 import math
 import warnings
 import weakref
-from collections.abc import Callable
 from typing import Any, cast
 
 import keras
@@ -156,7 +155,8 @@ class BatchNormFollowsBatch(keras.callbacks.Callback):
     step is traced, and again at each epoch's start; the user's momentum is back at each
     epoch's end (the traced step keeps `m ** growth`), so a `ModelCheckpoint` after this
     callback saves the user's config, and at the `fit`'s end, where `model.fit`'s training
-    function is made anew (the Trainer gives `retrace`) for a later `fit`.
+    function is made anew for a later `fit` (the Trainer applies this callback at each of
+    its fits, so its step loops keep `m ** growth` and are not traced again).
     """
 
     def __init__(self, layers: list[keras.layers.BatchNormalization], growth: int):
@@ -165,7 +165,6 @@ class BatchNormFollowsBatch(keras.callbacks.Callback):
         users = [float(_USERS.get(layer, layer.momentum)) for layer in layers]
         self.momenta = {id(layer): m for layer, m in zip(layers, users, strict=True)}
         self.named = {layer.name: m for layer, m in zip(layers, users, strict=True)}  # copies
-        self.retrace: Callable[[], None] | None = None
 
     def _known(self) -> list[tuple[keras.layers.BatchNormalization, float]]:
         """(layer, the user's momentum) for the layers given and, where the Trainer trains
@@ -208,9 +207,7 @@ class BatchNormFollowsBatch(keras.callbacks.Callback):
 
     def on_train_end(self, logs: dict | None = None) -> None:
         self.restore()
-        if self.retrace is not None:
-            self.retrace()
-        elif hasattr(self.model, "make_train_function"):
+        if hasattr(self.model, "make_train_function"):  # made lazily: traced at its first call
             self.model.make_train_function(force=True)
 
 

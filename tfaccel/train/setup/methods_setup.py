@@ -220,7 +220,7 @@ class Methods:
         if self.argument is None or made is None:
             return train, callbacks
         for callback in made.callbacks:
-            if isinstance(callback, (FreezeEarlyLayers, BatchNormFollowsBatch)):
+            if isinstance(callback, FreezeEarlyLayers):
                 callback.retrace = retrace
         source = train
         if made.maps:
